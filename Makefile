@@ -1,0 +1,42 @@
+# The two commands a new machine needs: `make demo` and `make test`.
+# Each creates the local virtualenv (.venv) on first use and reuses it afterwards.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+DURABLE_SWARM_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
+export DURABLE_SWARM_TEST_POSTGRES_URL
+
+.PHONY: demo test lint typecheck pytest bench clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	# Swarm itself, only to prove its Agent/Result objects are accepted (its pins are not ours).
+	-$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps openai-swarm
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/durable-swarm demo
+
+test: lint typecheck pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/ruff format --check src tests examples benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/concurrency.py
+	$(BIN)/python benchmarks/recovery.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,105 @@
+"""Exceptions. Each says what happened, which run/step/agent/tool, and what to do; each pickles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _rebuild(cls: type[DurableSwarmError], kwargs: dict[str, Any]) -> DurableSwarmError:
+    return cls(**kwargs)
+
+
+class DurableSwarmError(Exception):
+    """Base class of this library's errors. Keeps its keyword arguments as attributes."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self._fields = fields
+        for key, value in fields.items():
+            setattr(self, key, value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self._kwargs()))
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {"message": self.message, **self._fields}
+
+
+class AgentNotFoundError(DurableSwarmError):
+    """A run names an agent that no code in this process has created."""
+
+    def __init__(self, name: str, *, run_id: str | None = None, message: str | None = None):
+        where = f" by run {run_id!r}" if run_id else ""
+        super().__init__(
+            message
+            or f"Agent {name!r} is needed{where} but no agent of that name exists in this process. "
+            f"Import the module that defines `Agent(name={name!r}, ...)` before recovering or "
+            "resuming the run; the run stays pending and loses nothing until then.",
+            run_id=run_id,
+        )
+        self.agent_name = name
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {"name": self.agent_name, "run_id": self.run_id, "message": self.message}
+
+
+class ModelResponseError(DurableSwarmError):
+    """The model endpoint answered with something that is not a usable chat completion."""
+
+    def __init__(self, message: str, *, agent: str | None = None, run_id: str | None = None):
+        super().__init__(message, agent=agent, run_id=run_id)
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {"message": self.message, "agent": self.agent, "run_id": self.run_id}
+
+
+class RunNotFoundError(DurableSwarmError, KeyError):
+    """No run with this id exists in the database."""
+
+    def __init__(self, run_id: str, *, message: str | None = None):
+        super().__init__(
+            message
+            or f"No run with id {run_id!r} exists in this database. Check the id (list runs "
+            "with `durable-swarm runs list` or `DurableSwarm.list_runs()`) and the database URL.",
+            run_id=run_id,
+        )
+
+    def __str__(self) -> str:
+        return self.message
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "message": self.message}
+
+
+class ToolResultNotSerializableError(DurableSwarmError, TypeError):
+    """A tool returned (or left in context_variables) a value that cannot be stored as JSON."""
+
+    def __init__(self, tool: str, detail: str, *, run_id: str | None = None):
+        super().__init__(
+            f"Tool {tool!r} in run {run_id or '?'} produced a value that cannot be stored as "
+            f"JSON ({detail}). Return a str, a Result, an Agent, or JSON-compatible data, and keep "
+            "context_variables JSON-compatible (str, numbers, bools, None, lists, dicts).",
+            tool=tool,
+            detail=detail,
+            run_id=run_id,
+        )
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {"tool": self.tool, "detail": self.detail, "run_id": self.run_id}
+
+
+class DatabaseUnavailableError(DurableSwarmError, ConnectionError):
+    """The run database cannot be reached or opened."""
+
+    def __init__(self, url: str, cause: str):
+        super().__init__(
+            f"Cannot open the run database {url!r}: {cause}. Check that the server is running "
+            "and the URL is right (argument `database_url`, or DURABLE_SWARM_DATABASE_URL). "
+            "Nothing was written.",
+            url=url,
+            cause=cause,
+        )
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {"url": self.url, "cause": self.cause}

@@ -1,0 +1,133 @@
+"""The model adapter: one Chat Completions call, and the assistant message dict it yields.
+
+The only call made on a client is `client.chat.completions.create(**request)`, so any object that
+has it works: `openai.OpenAI`, `openai.AsyncOpenAI`, a test double, or a mock. Transient HTTP
+errors (429, 5xx, dropped connections, timeouts) are retried by the `openai` client itself, with
+exponential backoff that honours `Retry-After` (its `max_retries`, 2 by default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from ._aio import run_coroutine
+from ._errors import ModelResponseError
+from .util import merge_chunk
+
+__all__ = ["StreamAssembler", "acreate", "completion_message", "create", "usage_of"]
+
+
+def create(client: Any, request: dict[str, Any]) -> Any:
+    """Call the client synchronously (an async client's coroutine is run to completion)."""
+    result = client.chat.completions.create(**request)
+    if inspect.isawaitable(result):
+        result = run_coroutine(result)
+    return result
+
+
+async def acreate(client: Any, request: dict[str, Any]) -> Any:
+    """Call the client from async code; a synchronous client runs in a worker thread."""
+    create_fn = client.chat.completions.create
+    if inspect.iscoroutinefunction(create_fn):
+        return await create_fn(**request)
+    result = await asyncio.to_thread(create_fn, **request)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def _describe(obj: Any) -> str:
+    text = repr(obj)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def completion_message(
+    completion: Any, sender: str, *, run_id: str | None = None
+) -> dict[str, Any]:
+    """The assistant message of a chat completion as a plain dict with `"sender"` added."""
+    try:
+        message = completion.choices[0].message
+        data = json.loads(message.model_dump_json())
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError) as e:
+        where = f" in run {run_id!r}" if run_id else ""
+        raise ModelResponseError(
+            f"The model endpoint returned no usable chat completion for agent {sender!r}{where} "
+            f"(got {_describe(completion)}). Check that the endpoint (OPENAI_BASE_URL) speaks "
+            "the OpenAI Chat Completions API.",
+            agent=sender,
+            run_id=run_id,
+        ) from e
+    data["sender"] = sender
+    return data
+
+
+def usage_of(completion: Any) -> dict[str, Any] | None:
+    """Token usage of a completion or chunk, as a dict, when the endpoint reported it."""
+    usage = getattr(completion, "usage", None)
+    if usage is None:
+        return None
+    dump = getattr(usage, "model_dump", None)
+    return dump(mode="json") if dump else None
+
+
+class StreamAssembler:
+    """Turns a stream of chunks into Swarm's stream events and the final assistant message."""
+
+    def __init__(self, sender: str) -> None:
+        self.sender = sender
+        self.usage: dict[str, Any] | None = None
+        self._message: dict[str, Any] = {
+            "content": "",
+            "sender": sender,
+            "role": "assistant",
+            "function_call": None,
+            "tool_calls": {},
+        }
+
+    def feed(self, chunk: Any) -> dict[str, Any] | None:
+        """Merge one chunk; return the event to show for it (None for a chunk with no choice)."""
+        self.usage = usage_of(chunk) or self.usage
+        choices = getattr(chunk, "choices", None)
+        if not choices:
+            if choices is None:
+                raise ModelResponseError(
+                    f"The model endpoint streamed something that is not a chat completion chunk "
+                    f"for agent {self.sender!r} (got {_describe(chunk)}).",
+                    agent=self.sender,
+                )
+            return None
+        delta = json.loads(choices[0].delta.model_dump_json())
+        if delta.get("role") == "assistant":
+            delta["sender"] = self.sender
+        merged = {k: v for k, v in delta.items() if k not in ("role", "sender")}
+        merge_chunk(self._message, json.loads(json.dumps(merged)))
+        return delta
+
+    def message(self) -> dict[str, Any]:
+        """The assembled assistant message (Swarm's streamed-message shape)."""
+        message = dict(self._message)
+        calls = [message["tool_calls"][i] for i in sorted(message["tool_calls"])]
+        message["tool_calls"] = calls or None
+        return message
+
+
+def stream_chunks(client: Any, request: dict[str, Any]) -> Iterator[Any]:
+    """The chunks of a streamed completion (synchronous)."""
+    return iter(create(client, request))
+
+
+async def astream_chunks(client: Any, request: dict[str, Any]) -> AsyncIterator[Any]:
+    """The chunks of a streamed completion (asynchronous; sync clients iterate in a thread)."""
+    stream = await acreate(client, request)
+    if hasattr(stream, "__aiter__"):
+        async for chunk in stream:
+            yield chunk
+        return
+    iterator = iter(stream)
+    done = object()
+    while (chunk := await asyncio.to_thread(next, iterator, done)) is not done:
+        yield chunk

@@ -1,0 +1,369 @@
+"""Tools: JSON schema from signatures, argument checking, context injection, result coercion.
+
+`function_schema` is byte-for-byte Swarm's `function_to_json` for simple signatures (`str`, `int`,
+`float`, `bool`, `list`, `dict`, `None`, unannotated) and uses pydantic for richer annotations
+(`Optional[X]`, `list[str]`, `Literal`, `Enum`, pydantic models, `Annotated[X, "description"]`).
+`execute_tool` runs one tool call and never raises for the model's mistakes: unknown tools, bad
+arguments and exceptions in the tool become an error message the model can read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import json
+import re
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
+
+from ._aio import run_coroutine
+
+__all__ = [
+    "CONTEXT_VARIABLES",
+    "IDEMPOTENCY_KEY",
+    "ToolOutcome",
+    "coerce_result",
+    "execute_tool",
+    "execute_tool_async",
+    "function_schema",
+    "is_agent",
+    "model_tool_schema",
+    "tool_name",
+    "unknown_tool",
+]
+
+CONTEXT_VARIABLES = "context_variables"
+IDEMPOTENCY_KEY = "idempotency_key"
+# Parameters the library fills in itself; they are never shown to the model.
+INJECTED = (CONTEXT_VARIABLES, IDEMPOTENCY_KEY)
+
+_SIMPLE_TYPES: dict[Any, str] = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    list: "array",
+    dict: "object",
+    type(None): "null",
+    None: "null",
+    inspect.Parameter.empty: "string",
+    Any: "string",
+}
+
+
+def is_agent(obj: Any) -> bool:
+    """True for this library's `Agent` and for agents of the `swarm` package (same fields)."""
+    return all(hasattr(obj, a) for a in ("name", "instructions", "functions", "model")) and (
+        isinstance(obj, BaseModel)
+    )
+
+
+def _is_result(obj: Any) -> bool:
+    return (
+        isinstance(obj, BaseModel)
+        and type(obj).__name__ in ("Result", "SwarmResult")
+        and all(hasattr(obj, a) for a in ("value", "agent", "context_variables"))
+    )
+
+
+def tool_name(func: Callable[..., Any]) -> str:
+    """The name a function is offered to the model under."""
+    return str(getattr(func, "__name__", None) or type(func).__name__)
+
+
+def _param_docs(doc: str) -> dict[str, str]:
+    """Parameter descriptions from a Google-style `Args:` section or `:param x:` lines."""
+    found = dict(re.findall(r":param\s+(?:\w+\s+)?(\w+):\s*(.+)", doc))
+    section = re.search(r"^\s*(?:Args|Arguments|Parameters):\s*\n((?:[ \t]+.*\n?)+)", doc, re.M)
+    if section:
+        for line in section.group(1).splitlines():
+            m = re.match(r"\s+(\w+)\s*(?:\([^)]*\))?\s*:\s*(.+)", line)
+            if m:
+                found.setdefault(m.group(1), m.group(2).strip())
+    return found
+
+
+def _strip_titles(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _strip_titles(v) for k, v in schema.items() if k != "title"}
+    if isinstance(schema, list):
+        return [_strip_titles(v) for v in schema]
+    return schema
+
+
+def _annotation_schema(annotation: Any) -> dict[str, Any]:
+    description = None
+    if get_origin(annotation) is Annotated:
+        annotation, *meta = get_args(annotation)
+        description = next((m for m in meta if isinstance(m, str)), None)
+    simple = _SIMPLE_TYPES.get(annotation) if _hashable(annotation) else None
+    if simple is not None:
+        schema: dict[str, Any] = {"type": simple}
+    else:
+        try:
+            schema = _strip_titles(TypeAdapter(annotation).json_schema())
+        except Exception:  # a type pydantic cannot describe reads as "string", as in Swarm
+            schema = {"type": "string"}
+        defs = schema.pop("$defs", None)
+        if defs:
+            schema = _inline_refs(schema, defs)
+    if description:
+        schema["description"] = description
+    return schema
+
+
+def _hashable(obj: Any) -> bool:
+    try:
+        hash(obj)
+    except TypeError:
+        return False
+    return True
+
+
+def _inline_refs(schema: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inline_refs(defs[ref.split("/")[-1]], defs)
+        return {k: _inline_refs(v, defs) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_inline_refs(v, defs) for v in schema]
+    return schema
+
+
+def _hints(func: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(func, include_extras=True)
+    except Exception:
+        return {}
+
+
+def function_schema(func: Callable[..., Any]) -> dict[str, Any]:
+    """The OpenAI tool schema of `func` (Swarm's `function_to_json`, extended)."""
+    try:
+        signature = inspect.signature(func)
+    except ValueError as e:
+        raise ValueError(f"Failed to get signature for function {tool_name(func)}: {e}") from e
+    hints = _hints(func)
+    docs = _param_docs(func.__doc__ or "")
+    properties: dict[str, Any] = {}
+    for param in signature.parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        prop = _annotation_schema(hints.get(param.name, param.annotation))
+        if param.name in docs and "description" not in prop:
+            prop["description"] = docs[param.name]
+        properties[param.name] = prop
+    required = [
+        p.name
+        for p in signature.parameters.values()
+        if p.default is inspect.Parameter.empty
+        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    return {
+        "type": "function",
+        "function": {
+            "name": tool_name(func),
+            "description": func.__doc__ or "",
+            "parameters": {"type": "object", "properties": properties, "required": required},
+        },
+    }
+
+
+def model_tool_schema(func: Callable[..., Any]) -> dict[str, Any]:
+    """`function_schema` without the parameters the library injects (what the model sees)."""
+    schema = function_schema(func)
+    params = schema["function"]["parameters"]
+    for name in INJECTED:
+        params["properties"].pop(name, None)
+        if name in params["required"]:
+            params["required"].remove(name)
+    return schema
+
+
+_ARGS_CONFIG = ConfigDict(coerce_numbers_to_str=True)
+
+
+@functools.lru_cache(maxsize=1024)
+def _arguments_model(func: Callable[..., Any]) -> tuple[type[BaseModel], bool]:
+    """A pydantic model of `func`'s parameters, and whether it accepts **kwargs."""
+    signature = inspect.signature(func)
+    hints = _hints(func)
+    fields: dict[str, Any] = {}
+    var_kw = False
+    for param in signature.parameters.values():
+        if param.kind is param.VAR_KEYWORD:
+            var_kw = True
+            continue
+        if param.kind is param.VAR_POSITIONAL or param.name in INJECTED:
+            continue
+        annotation = hints.get(param.name, param.annotation)
+        if annotation is inspect.Parameter.empty:
+            annotation = Any
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    config = ConfigDict(**_ARGS_CONFIG, extra="allow" if var_kw else "forbid")
+    return create_model(f"{tool_name(func)}_arguments", __config__=config, **fields), var_kw
+
+
+def _parse_arguments(func: Callable[..., Any], raw: str) -> dict[str, Any]:
+    """Validate the model's JSON `raw` against `func`'s signature; raise ValueError if it won't do."""
+    try:
+        args = json.loads(raw) if raw and raw.strip() else {}
+    except json.JSONDecodeError as e:
+        raise ValueError(f"the arguments are not valid JSON ({e.msg} at position {e.pos})") from e
+    if not isinstance(args, dict):
+        raise ValueError(f"the arguments must be a JSON object, got {type(args).__name__}")
+    try:
+        model, _ = _arguments_model(func)
+    except Exception:  # signatures pydantic cannot model are passed through as Swarm does
+        return args
+    try:
+        validated = model.model_validate(args)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}"
+            for err in e.errors()
+        )
+        raise ValueError(problems) from e
+    except Exception:  # e.g. annotations naming types that cannot be resolved: passed through
+        return args
+    values = {name: getattr(validated, name) for name in validated.model_fields_set}
+    values.update(validated.model_extra or {})
+    return values
+
+
+def _parameters(func: Callable[..., Any]) -> Any:
+    try:
+        return inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return {}
+
+
+@dataclass
+class ToolOutcome:
+    """The result of one tool call: its tool message, a handoff target, the context after it."""
+
+    message: dict[str, Any]
+    context_variables: dict[str, Any]
+    agent: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def coerce_result(value: Any) -> tuple[str, Any, dict[str, Any]]:
+    """A tool's return value as (text for the model, handoff agent or None, context updates)."""
+    if _is_result(value):
+        return str(value.value), value.agent, dict(value.context_variables or {})
+    if is_agent(value):
+        return json.dumps({"assistant": value.name}), value, {}
+    try:
+        return str(value), None, {}
+    except Exception as e:
+        raise TypeError(
+            f"Failed to cast response to string: {value!r}. Make sure agent functions return a "
+            f"string or Result object. Error: {e}"
+        ) from e
+
+
+def _tool_message(call: dict[str, Any], content: str) -> dict[str, Any]:
+    return {
+        "role": "tool",
+        "tool_call_id": call["id"],
+        "tool_name": call["function"]["name"],
+        "content": content,
+    }
+
+
+def _prepare(
+    func: Callable[..., Any],
+    call: dict[str, Any],
+    context_variables: dict[str, Any],
+    idempotency_key: str | None,
+) -> dict[str, Any] | ToolOutcome:
+    """The keyword arguments for `func`, or the error outcome the model reads instead."""
+    try:
+        args = _parse_arguments(func, call["function"].get("arguments") or "")
+    except ValueError as e:
+        name = call["function"]["name"]
+        text = f"Error: invalid arguments for tool {name}: {e}. Call it again with valid arguments."
+        return ToolOutcome(_tool_message(call, text), context_variables)
+    parameters = _parameters(func)
+    if CONTEXT_VARIABLES in parameters:
+        args[CONTEXT_VARIABLES] = context_variables
+    if IDEMPOTENCY_KEY in parameters:
+        args[IDEMPOTENCY_KEY] = idempotency_key
+    return args
+
+
+def unknown_tool(call: dict[str, Any], context_variables: dict[str, Any]) -> ToolOutcome:
+    """The outcome of a call to a tool the agent does not have (Swarm's exact message)."""
+    name = call["function"]["name"]
+    return ToolOutcome(_tool_message(call, f"Error: Tool {name} not found."), context_variables)
+
+
+def _finish(
+    call: dict[str, Any], context_variables: dict[str, Any], value: Any
+) -> ToolOutcome:
+    text, agent, updates = coerce_result(value)
+    context_variables.update(updates)
+    return ToolOutcome(_tool_message(call, text), context_variables, agent)
+
+
+def _failed(call: dict[str, Any], context_variables: dict[str, Any], e: Exception) -> ToolOutcome:
+    name = call["function"]["name"]
+    text = f"Error: tool {name} raised {type(e).__name__}: {e}"
+    return ToolOutcome(_tool_message(call, text), context_variables)
+
+
+def execute_tool(
+    func: Callable[..., Any],
+    call: dict[str, Any],
+    context_variables: dict[str, Any],
+    *,
+    idempotency_key: str | None = None,
+) -> ToolOutcome:
+    """Run one tool call synchronously (an `async def` tool is run to completion).
+
+    `context_variables` is the run's live dict: in-place changes and a returned `Result`'s
+    updates both land in it, and it is returned as `ToolOutcome.context_variables`. A tool with
+    an `idempotency_key` parameter receives `idempotency_key` (stable across retries and crash
+    recovery in durable runs: run id and step number), so it can make its effect exactly once.
+    """
+    args = _prepare(func, call, context_variables, idempotency_key)
+    if isinstance(args, ToolOutcome):
+        return args
+    try:
+        value = func(**args)
+        if inspect.isawaitable(value):
+            value = run_coroutine(value)
+    except Exception as e:
+        return _failed(call, context_variables, e)
+    return _finish(call, context_variables, value)
+
+
+async def execute_tool_async(
+    func: Callable[..., Any],
+    call: dict[str, Any],
+    context_variables: dict[str, Any],
+    *,
+    idempotency_key: str | None = None,
+) -> ToolOutcome:
+    """`execute_tool` for async code: `async def` tools are awaited, others run in a thread."""
+    args = _prepare(func, call, context_variables, idempotency_key)
+    if isinstance(args, ToolOutcome):
+        return args
+    try:
+        if inspect.iscoroutinefunction(func):
+            value = await func(**args)
+        else:
+            value = await asyncio.to_thread(func, **args)
+            if inspect.isawaitable(value):
+                value = await value
+    except Exception as e:
+        return _failed(call, context_variables, e)
+    return _finish(call, context_variables, value)
