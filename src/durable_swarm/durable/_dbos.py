@@ -1,0 +1,129 @@
+"""Setting up DBOS for durable runs: database URL, configuration, one lazy launch per process."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import dbos._dbos as dbos_internals
+from dbos import DBOS
+
+from .._errors import DatabaseUnavailableError, DurableSwarmError
+from ._serializer import SCHEMA_VERSION, JsonSerializer
+
+__all__ = [
+    "APPLICATION_VERSION",
+    "DEFAULT_SQLITE_FILE",
+    "ensure_launched",
+    "resolve_database_url",
+    "shutdown",
+]
+
+DEFAULT_SQLITE_FILE = "durable_swarm.sqlite"
+# Recovery only picks up runs of the same application version, so it follows the log format
+# (not the library's or the app's code): upgrading either never orphans runs in flight.
+APPLICATION_VERSION = f"durable-swarm-log-v{SCHEMA_VERSION}"
+APP_NAME = "durable_swarm"
+
+_lock = threading.RLock()
+_launched_url: str | None = None
+_owned = False
+
+
+def resolve_database_url(database_url: str | None = None) -> str:
+    """The run database: the argument, else `DURABLE_SWARM_DATABASE_URL`, else
+    `DBOS_SYSTEM_DATABASE_URL`, else `durable_swarm.sqlite` in the working directory.
+
+    A bare file path means a SQLite file; `postgresql://...` (or `postgres://...`) selects
+    PostgreSQL. SQLite paths are made absolute so a later `chdir` cannot switch databases.
+    """
+    url = (
+        database_url
+        or os.environ.get("DURABLE_SWARM_DATABASE_URL")
+        or os.environ.get("DBOS_SYSTEM_DATABASE_URL")
+        or DEFAULT_SQLITE_FILE
+    )
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://") :]
+    if url.startswith("postgresql"):
+        return url
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///") :]
+    elif "://" in url:
+        raise DurableSwarmError(
+            f"Unsupported database URL {url!r}: use a SQLite file path, `sqlite:///path`, or "
+            "`postgresql://user@host:port/database`."
+        )
+    else:
+        path = url
+    return "sqlite:///" + str(Path(path).expanduser().resolve())
+
+
+def _instance() -> Any:
+    return getattr(dbos_internals, "_dbos_global_instance", None)
+
+
+def is_launched() -> bool:
+    """Whether DBOS (ours or the app's) is launched in this process."""
+    inst = _instance()
+    return bool(inst is not None and getattr(inst, "_launched", False))
+
+
+def _config(url: str, executor_id: str | None, poll_interval: float) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "name": APP_NAME,
+        "system_database_url": url,
+        "application_version": APPLICATION_VERSION,
+        "serializer": JsonSerializer(),
+        "log_level": os.environ.get("DURABLE_SWARM_LOG_LEVEL", "WARNING"),
+        "max_executor_threads": 64,
+        "notification_listener_polling_interval_sec": poll_interval,
+    }
+    if executor_id:
+        config["executor_id"] = executor_id
+    return config
+
+
+def ensure_launched(
+    database_url: str, *, executor_id: str | None = None, poll_interval: float = 0.1
+) -> None:
+    """Launch DBOS on `database_url` unless it already runs in this process.
+
+    An app that configured and launched DBOS itself keeps its own DBOS (durable runs then live in
+    the app's database). Launching twice on different databases is refused with a clear error.
+    Pending runs of this database are recovered at launch (by DBOS).
+    """
+    global _launched_url, _owned
+    with _lock:
+        if is_launched():
+            if _owned and _launched_url != database_url:
+                raise DurableSwarmError(
+                    f"DBOS already runs on {_launched_url!r} in this process; a DurableSwarm on "
+                    f"{database_url!r} cannot start beside it. Use one database per process, or "
+                    "call durable_swarm.durable.shutdown() first."
+                )
+            return
+        if _instance() is None:
+            config = _config(database_url, executor_id, poll_interval)
+            DBOS(config=config)  # type: ignore[arg-type]
+            _owned = True
+        try:
+            DBOS.launch()
+        except Exception as e:
+            if _owned:
+                DBOS.destroy()
+                _owned = False
+            raise DatabaseUnavailableError(database_url, f"{type(e).__name__}: {e}") from e
+        _launched_url = database_url
+
+
+def shutdown() -> None:
+    """Stop the DBOS instance this library launched (tests, or switching databases)."""
+    global _launched_url, _owned
+    with _lock:
+        if _owned and _instance() is not None:
+            DBOS.destroy(workflow_completion_timeout_sec=0)
+        _owned = False
+        _launched_url = None

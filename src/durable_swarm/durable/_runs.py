@@ -1,0 +1,173 @@
+"""What a run looks like from its log: status, agent, messages, context, steps, what it waits for.
+
+Everything here is read from DBOS's tables (workflow status, step outputs, events), so it works in
+any process on the same database, including one that has none of the agents' code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from dbos import DBOS
+
+from .._errors import RunNotFoundError
+
+__all__ = ["RunInfo", "StepRecord", "read_run", "run_status", "summarize"]
+
+STATUSES = (
+    "pending",
+    "waiting_for_input",
+    "waiting_for_approval",
+    "succeeded",
+    "failed",
+    "cancelled",
+)
+_DBOS_STATUS = {
+    "PENDING": "pending",
+    "ENQUEUED": "pending",
+    "DELAYED": "pending",
+    "SUCCESS": "succeeded",
+    "ERROR": "failed",
+    "MAX_RECOVERY_ATTEMPTS_EXCEEDED": "failed",
+    "CANCELLED": "cancelled",
+}
+WAITING_EVENT = "waiting_for"
+
+
+@dataclass
+class StepRecord:
+    """One checkpoint of a run: a model call, a tool call, a wait, or a DBOS bookkeeping step."""
+
+    step: int
+    kind: str
+    name: str
+    output: Any = None
+    error: str | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+
+    @property
+    def duration_ms(self) -> float | None:
+        """How long the step took, when it finished."""
+        if self.started_at and self.completed_at:
+            return (self.completed_at - self.started_at).total_seconds() * 1000
+        return None
+
+
+@dataclass
+class RunInfo:
+    """A run as its log tells it.
+
+    `status` is one of `pending`, `waiting_for_input`, `waiting_for_approval`, `succeeded`,
+    `failed`, `cancelled`. `agent` is the name of the agent the run is on (or ended on);
+    `messages` are the conversation's messages so far, inputs included; `waiting_for` describes
+    the question or tool call the run waits on; `error` the recorded failure, if any.
+    """
+
+    run_id: str
+    status: str
+    agent: str | None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    context_variables: dict[str, Any] = field(default_factory=dict)
+    waiting_for: dict[str, Any] | None = None
+    error: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    steps: list[StepRecord] = field(default_factory=list)
+    input_messages: int = 0
+    forked_from: str | None = None
+    problem: str | None = None
+
+    @property
+    def new_messages(self) -> list[dict[str, Any]]:
+        """The messages this run added (what `Response.messages` holds)."""
+        return self.messages[self.input_messages :]
+
+
+def _time(epoch_ms: int | None) -> datetime | None:
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc) if epoch_ms else None
+
+
+def _spec(status: Any) -> dict[str, Any]:
+    inputs = status.input or {}
+    args = inputs.get("args") if isinstance(inputs, dict) else None
+    spec = args[0] if args else {}
+    return spec if isinstance(spec, dict) else {}
+
+
+def run_status(dbos_status: str, waiting: dict[str, Any] | None) -> str:
+    """This library's status name for a DBOS status (and what the run waits for, if anything)."""
+    status = _DBOS_STATUS.get(dbos_status, "pending")
+    if status == "pending" and waiting:
+        return "waiting_for_approval" if waiting.get("kind") == "approval" else "waiting_for_input"
+    return status
+
+
+def _error_text(error: Any) -> str | None:
+    if error is None:
+        return None
+    return str(error) if isinstance(error, BaseException) else str(error)
+
+
+def summarize(status: Any, waiting: dict[str, Any] | None = None) -> RunInfo:
+    """A `RunInfo` from the workflow's status row alone (no steps): what `list_runs` shows."""
+    spec = _spec(status)
+    output = status.output if isinstance(status.output, dict) else {}
+    agent = (output.get("agent") or spec.get("agent") or {}).get("name")
+    return RunInfo(
+        run_id=status.workflow_id,
+        status=run_status(status.status, waiting),
+        agent=agent,
+        waiting_for=waiting,
+        error=_error_text(status.error),
+        created_at=_time(status.created_at),
+        updated_at=_time(status.updated_at),
+        forked_from=status.forked_from,
+        input_messages=len(spec.get("messages") or []),
+    )
+
+
+def _step_record(step: Any) -> StepRecord:
+    name = step["function_name"]
+    kind = name.split(":", 1)[0] if ":" in name else "dbos"
+    return StepRecord(
+        step=step["function_id"],
+        kind=kind,
+        name=name.split(":", 1)[1] if ":" in name else name,
+        output=step["output"],
+        error=_error_text(step["error"]),
+        started_at=_time(step["started_at_epoch_ms"]),
+        completed_at=_time(step["completed_at_epoch_ms"]),
+    )
+
+
+def read_run(run_id: str) -> RunInfo:
+    """The whole run: status plus the messages, context and agent rebuilt from its steps."""
+    status = DBOS.get_workflow_status(run_id)
+    if status is None:
+        raise RunNotFoundError(run_id)
+    events = DBOS.get_all_events(run_id)
+    waiting = events.get(WAITING_EVENT) or None
+    info = summarize(status, waiting)
+    spec = _spec(status)
+    info.steps = [_step_record(s) for s in DBOS.list_workflow_steps(run_id)]
+    messages = list(spec.get("messages") or [])
+    context = dict(spec.get("context_variables") or {})
+    agent = (spec.get("agent") or {}).get("name")
+    for step in info.steps:
+        out = step.output if isinstance(step.output, dict) else {}
+        if step.kind in ("model", "tool") and "message" in out:
+            messages.append(out["message"])
+        if step.kind == "tool" and "context_variables" in out:
+            context = out["context_variables"]
+        if step.kind == "tool" and out.get("handoff"):
+            agent = out["handoff"]["name"]
+    output = status.output if isinstance(status.output, dict) else None
+    if output is not None:
+        messages = list(spec.get("messages") or []) + list(output.get("messages") or [])
+        context = output.get("context_variables") or {}
+        agent = (output.get("agent") or {}).get("name", agent)
+    info.messages, info.context_variables, info.agent = messages, context, agent
+    return info

@@ -1,0 +1,109 @@
+"""The JSON serializer DBOS uses for every payload of a durable run: never pickle.
+
+Each stored payload is `{"schema_version": N, "value": ...}` so the log can be read by the CLI, the
+web view and SQL, and reading it can never execute code. Exceptions are stored as their type name,
+message and (for this library's own errors) their fields; only this library's error classes are
+rebuilt on reading, anything else comes back as `RunError` carrying the original type name.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime
+from typing import Any
+
+from dbos._serialization import Serializer
+
+from .. import _errors
+from .._errors import DurableSwarmError
+
+SCHEMA_VERSION = 1
+
+__all__ = ["SCHEMA_VERSION", "JsonSerializer", "RunError"]
+
+
+class RunError(DurableSwarmError):
+    """An error recorded in a run's log, raised again when the run's result is read.
+
+    `error_type` is the name of the original exception class (e.g. `openai.APIConnectionError`).
+    """
+
+    def __init__(self, message: str, *, error_type: str = "Exception", run_id: str | None = None):
+        super().__init__(message, error_type=error_type, run_id=run_id)
+
+    def __str__(self) -> str:
+        return f"{self.error_type}: {self.message}"
+
+
+def _encode(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _encode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v) for v in value]
+    if isinstance(value, BaseException):
+        fields = value._kwargs() if isinstance(value, DurableSwarmError) else {}
+        return {
+            "__error__": {
+                "type": f"{type(value).__module__}.{type(value).__qualname__}",
+                "message": str(value),
+                "fields": _encode(fields),
+            }
+        }
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return _encode(dump(mode="json"))
+    raise TypeError(
+        f"{type(value).__name__} is not JSON-compatible ({value!r:.80}); durable runs store only "
+        "JSON data (str, numbers, bools, None, lists, dicts)"
+    )
+
+
+def _decode_error(data: dict[str, Any]) -> BaseException:
+    type_name = str(data.get("type", "Exception"))
+    module, _, name = type_name.rpartition(".")
+    cls = getattr(_errors, name, None) if module.startswith("durable_swarm") else None
+    if isinstance(cls, type) and issubclass(cls, DurableSwarmError):
+        try:
+            return cls(**data.get("fields") or {})
+        except TypeError:
+            pass
+    return RunError(str(data.get("message", "")), error_type=type_name)
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if isinstance(value, dict):
+        if set(value) == {"__error__"}:
+            return _decode_error(value["__error__"])
+        return {k: _decode(v) for k, v in value.items()}
+    return value
+
+
+class JsonSerializer(Serializer):
+    """DBOS serializer storing versioned JSON (see the module docstring)."""
+
+    def serialize(self, data: Any) -> str:
+        return json.dumps({"schema_version": SCHEMA_VERSION, "value": _encode(data)})
+
+    def deserialize(self, serialized_data: str) -> Any:
+        payload = json.loads(serialized_data)
+        if not isinstance(payload, dict) or "schema_version" not in payload:
+            raise ValueError(
+                "This payload was not written by durable-swarm (no schema_version); was the "
+                "database shared with another DBOS application?"
+            )
+        if payload["schema_version"] > SCHEMA_VERSION:
+            raise ValueError(
+                f"This run was written by a newer durable-swarm (log schema "
+                f"{payload['schema_version']}, this one reads up to {SCHEMA_VERSION}); upgrade "
+                "durable-swarm to read it."
+            )
+        return _decode(payload["value"])
+
+    def name(self) -> str:
+        return "durable_swarm_json"

@@ -1,0 +1,391 @@
+"""`DurableSwarm`: Swarm's API where every run is a durable DBOS workflow."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from dbos import DBOS, SetWorkflowID
+
+from .._errors import AgentNotFoundError, DurableSwarmError
+from ..types import Agent, Response
+from . import _dbos
+from ._runs import RunInfo, read_run, summarize
+from ._workflow import (
+    EVENTS_STREAM,
+    HOST,
+    WORKFLOW_NAME,
+    agent_ref,
+    encode_max_turns,
+    run_workflow,
+)
+
+__all__ = ["DurableSwarm", "RunHandle"]
+
+_STREAM_POLL_SECONDS = 0.05
+
+
+def _response(run_id: str, output: dict[str, Any]) -> Response:
+    """A run's stored result as a `Response`; the agent is the live object when there is one."""
+    ref = output.get("agent")
+    agent: Any = None
+    if ref:
+        try:
+            agent = HOST.lookup(run_id, ref)
+        except AgentNotFoundError:
+            agent = ref["name"]
+    return Response(
+        messages=output.get("messages") or [],
+        agent=agent,
+        context_variables=output.get("context_variables") or {},
+    )
+
+
+def _events(items: Iterator[Any]) -> Iterator[dict[str, Any]]:
+    for item in items:
+        if isinstance(item, dict) and "event" in item:
+            yield item["event"]
+
+
+class RunHandle:
+    """A durable run started with `DurableSwarm.start`: its id, result, status and events."""
+
+    def __init__(self, run_id: str, handle: Any = None) -> None:
+        self.run_id = run_id
+        self._handle = handle
+
+    def __repr__(self) -> str:
+        return f"RunHandle(run_id={self.run_id!r})"
+
+    def result(self) -> Response:
+        """Wait for the run to finish and return its `Response` (raises the run's error)."""
+        handle = self._handle or DBOS.retrieve_workflow(self.run_id)
+        output = handle.get_result()
+        HOST.forget(self.run_id)
+        return _response(self.run_id, output)
+
+    async def aresult(self) -> Response:
+        """`result` for async code."""
+        handle = self._handle or await DBOS.retrieve_workflow_async(self.run_id)
+        output = handle.get_result()
+        if hasattr(output, "__await__"):
+            output = await output
+        HOST.forget(self.run_id)
+        return _response(self.run_id, output)
+
+    def info(self) -> RunInfo:
+        """The run as its log tells it now (see `DurableSwarm.get_run`)."""
+        return read_run(self.run_id)
+
+    @property
+    def status(self) -> str:
+        """The run's current status (`pending`, `waiting_for_input`, ..., `succeeded`)."""
+        return read_run(self.run_id).status
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        """The run's stream events from the start (Swarm's shapes), then `{"response": ...}`.
+
+        Works from any process and after a reconnect: events are read from the database. If a
+        process died in the middle of a streamed turn, that turn starts again with a new
+        `{"delim": "start"}` once the run resumes.
+        """
+        yield from _events(
+            DBOS.read_stream(self.run_id, EVENTS_STREAM, polling_interval_sec=_STREAM_POLL_SECONDS)
+        )
+        yield {"response": self.result()}
+
+    async def aevents(self) -> AsyncIterator[dict[str, Any]]:
+        """`events` for async code."""
+        stream = DBOS.read_stream_async(
+            self.run_id, EVENTS_STREAM, polling_interval_sec=_STREAM_POLL_SECONDS
+        )
+        async for item in stream:
+            if isinstance(item, dict) and "event" in item:
+                yield item["event"]
+        yield {"response": await self.aresult()}
+
+
+class DurableSwarm:
+    """Swarm's `run` on durable workflows: a killed process resumes from its last finished step.
+
+    Args:
+        client: any object with `chat.completions.create(**params)`; by default an
+            `openai.OpenAI()` made when the first model call needs it.
+        database_url: where runs are stored. Defaults to `DURABLE_SWARM_DATABASE_URL`, then
+            `DBOS_SYSTEM_DATABASE_URL`, then the SQLite file `durable_swarm.sqlite` in the
+            working directory; `postgresql://...` selects PostgreSQL.
+        executor_id: this process's name among workers sharing a database (DBOS executor id).
+        poll_interval: how often (seconds) waits poll the database on SQLite.
+
+    DBOS is launched lazily, once per process, at the first call that needs it; pending runs of
+    the database are recovered then. If the app launched DBOS itself, its DBOS is used.
+    """
+
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        database_url: str | None = None,
+        executor_id: str | None = None,
+        poll_interval: float = 0.1,
+    ) -> None:
+        self.client = client
+        self.database_url = _dbos.resolve_database_url(database_url)
+        self.executor_id = executor_id
+        self.poll_interval = poll_interval
+        if client:
+            HOST.default_client = client
+
+    def launch(self) -> DurableSwarm:
+        """Start DBOS on this swarm's database now (otherwise done by the first call)."""
+        _dbos.ensure_launched(
+            self.database_url, executor_id=self.executor_id, poll_interval=self.poll_interval
+        )
+        return self
+
+    # --- starting runs -------------------------------------------------------------------
+
+    def _prepare(
+        self,
+        agent: Agent,
+        messages: list[dict[str, Any]],
+        context_variables: dict[str, Any] | None,
+        model_override: str | None,
+        stream: bool,
+        debug: bool,
+        max_turns: float,
+        execute_tools: bool,
+        run_id: str | None,
+    ) -> tuple[str, dict[str, Any]]:
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise DurableSwarmError(
+                "`messages` must be a list of message dicts like "
+                '{"role": "user", "content": "..."}; nothing was started.'
+            )
+        self.launch()
+        run_id = run_id or str(uuid.uuid4())
+        if self.client:
+            HOST.clients[run_id] = self.client
+        HOST.remember(run_id, agent)
+        spec = {
+            "agent": agent_ref(agent),
+            "messages": copy.deepcopy(messages),
+            "context_variables": copy.deepcopy(context_variables or {}),
+            "model_override": model_override,
+            "stream": stream,
+            "debug": debug,
+            "max_turns": encode_max_turns(max_turns),
+            "execute_tools": execute_tools,
+        }
+        return run_id, spec
+
+    def start(
+        self,
+        agent: Agent,
+        messages: list[dict[str, Any]],
+        context_variables: dict[str, Any] | None = None,
+        model_override: str | None = None,
+        stream: bool = False,
+        debug: bool = False,
+        max_turns: float = float("inf"),
+        execute_tools: bool = True,
+        *,
+        run_id: str | None = None,
+    ) -> RunHandle:
+        """Start a run without waiting for it; returns its `RunHandle`.
+
+        With `run_id` of a run that already exists, attaches to that run: it is never executed
+        twice (the other arguments are then ignored).
+        """
+        run_id, spec = self._prepare(
+            agent, messages, context_variables, model_override, stream, debug, max_turns,
+            execute_tools, run_id,
+        )
+        with SetWorkflowID(run_id):
+            handle = DBOS.start_workflow(run_workflow, spec)
+        return RunHandle(run_id, handle)
+
+    async def astart(
+        self,
+        agent: Agent,
+        messages: list[dict[str, Any]],
+        context_variables: dict[str, Any] | None = None,
+        model_override: str | None = None,
+        stream: bool = False,
+        debug: bool = False,
+        max_turns: float = float("inf"),
+        execute_tools: bool = True,
+        *,
+        run_id: str | None = None,
+    ) -> RunHandle:
+        """`start` for async code (the run executes on the caller's event loop)."""
+        run_id, spec = self._prepare(
+            agent, messages, context_variables, model_override, stream, debug, max_turns,
+            execute_tools, run_id,
+        )
+        with SetWorkflowID(run_id):
+            handle = await DBOS.start_workflow_async(run_workflow, spec)
+        return RunHandle(run_id, handle)
+
+    def run(
+        self,
+        agent: Agent,
+        messages: list[dict[str, Any]],
+        context_variables: dict[str, Any] | None = None,
+        model_override: str | None = None,
+        stream: bool = False,
+        debug: bool = False,
+        max_turns: float = float("inf"),
+        execute_tools: bool = True,
+        *,
+        run_id: str | None = None,
+    ) -> Any:
+        """Swarm's `run`, durably: same arguments, same `Response` (or stream of events).
+
+        `run_id` names the run (default: a new UUID); running again with the id of an existing
+        run returns that run's result, or waits for it, and never executes it twice.
+        """
+        handle = self.start(
+            agent, messages, context_variables, model_override, stream, debug, max_turns,
+            execute_tools, run_id=run_id,
+        )
+        return handle.events() if stream else handle.result()
+
+    async def arun(
+        self,
+        agent: Agent,
+        messages: list[dict[str, Any]],
+        context_variables: dict[str, Any] | None = None,
+        model_override: str | None = None,
+        stream: bool = False,
+        debug: bool = False,
+        max_turns: float = float("inf"),
+        execute_tools: bool = True,
+        *,
+        run_id: str | None = None,
+    ) -> Any:
+        """`run` for async code; with `stream=True` returns an async iterator of events."""
+        handle = await self.astart(
+            agent, messages, context_variables, model_override, stream, debug, max_turns,
+            execute_tools, run_id=run_id,
+        )
+        return handle.aevents() if stream else await handle.aresult()
+
+    # --- looking at runs -----------------------------------------------------------------
+
+    def handle(self, run_id: str) -> RunHandle:
+        """A handle on an existing run (raises `RunNotFoundError` for an unknown id)."""
+        self.get_run(run_id)
+        return RunHandle(run_id)
+
+    def get_run(self, run_id: str) -> RunInfo:
+        """The run as its log tells it: status, current agent, messages, context, steps, and
+        what it waits for. Raises `RunNotFoundError` for an unknown id."""
+        self.launch()
+        info = read_run(run_id)
+        info.problem = HOST.problems.get(run_id)
+        return info
+
+    async def aget_run(self, run_id: str) -> RunInfo:
+        """`get_run` for async code."""
+        return await asyncio.to_thread(self.get_run, run_id)
+
+    def list_runs(
+        self,
+        *,
+        status: str | list[str] | None = None,
+        agent: str | None = None,
+        since: Any = None,
+        until: Any = None,
+        limit: int | None = 100,
+    ) -> list[RunInfo]:
+        """Runs, newest first: optionally only those with `status` (one or several of this
+        library's status names), on `agent`, or created between `since` and `until`
+        (datetimes or ISO strings)."""
+        self.launch()
+        wanted = [status] if isinstance(status, str) else list(status or [])
+        workflows = DBOS.list_workflows(
+            name=WORKFLOW_NAME,
+            start_time=_iso(since),
+            end_time=_iso(until),
+            sort_desc=True,
+            load_output=True,
+        )
+        runs = []
+        for wf in workflows:
+            waiting = None
+            if wf.status == "PENDING":
+                waiting = DBOS.get_all_events(wf.workflow_id).get("waiting_for")
+            info = summarize(wf, waiting)
+            if wanted and info.status not in wanted:
+                continue
+            if agent and info.agent != agent:
+                continue
+            runs.append(info)
+            if limit is not None and len(runs) >= limit:
+                break
+        return runs
+
+    # --- steering runs -------------------------------------------------------------------
+
+    def cancel(self, run_id: str) -> None:
+        """Cancel a run: it stops at its next step and its status becomes `cancelled`."""
+        self.get_run(run_id)
+        DBOS.cancel_workflow(run_id)
+
+    def resume(self, run_id: str) -> RunHandle:
+        """Continue a `cancelled` or `failed` run from its last finished step.
+
+        A failed run is rewound to the step that failed (finished steps are kept), so once the
+        cause is fixed (a model endpoint back up, a bug fixed in a tool) it goes on.
+        """
+        info = self.get_run(run_id)
+        if info.status == "failed":
+            failed = [s.step for s in info.steps if s.error is not None]
+            handle = DBOS.rewind_workflow(run_id, start_step=failed[0] if failed else None)
+        elif info.status == "succeeded":
+            raise DurableSwarmError(
+                f"Run {run_id!r} already succeeded; there is nothing to resume. Use "
+                "fork(run_id, step) to run it again from a step."
+            )
+        else:
+            handle = DBOS.resume_workflow(run_id)
+        return RunHandle(run_id, handle)
+
+    def fork(self, run_id: str, step: int, *, new_run_id: str | None = None) -> RunHandle:
+        """A new run that copies `run_id`'s steps before `step` and runs the rest again."""
+        info = self.get_run(run_id)
+        last = max((s.step for s in info.steps), default=0)
+        if step < 1 or step > last + 1:
+            raise DurableSwarmError(
+                f"Cannot fork run {run_id!r} at step {step}: it has steps 1 to {last}. Pick a "
+                "step in that range (see get_run(run_id).steps)."
+            )
+        if new_run_id:
+            with SetWorkflowID(new_run_id):
+                handle = DBOS.fork_workflow(run_id, step)
+        else:
+            handle = DBOS.fork_workflow(run_id, step)
+        return RunHandle(handle.workflow_id, handle)
+
+    async def acancel(self, run_id: str) -> None:
+        """`cancel` for async code."""
+        await asyncio.to_thread(self.cancel, run_id)
+
+    async def aresume(self, run_id: str) -> RunHandle:
+        """`resume` for async code."""
+        return await asyncio.to_thread(self.resume, run_id)
+
+    async def afork(self, run_id: str, step: int) -> RunHandle:
+        """`fork` for async code."""
+        return await asyncio.to_thread(self.fork, run_id, step)
+
+
+def _iso(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else value.isoformat()
+

@@ -1,0 +1,216 @@
+"""The durable run: a DBOS workflow that drives the shared turn loop through DBOS steps.
+
+Each model call is one step (`model:<agent>`), each tool call one step (`tool:<name>`). Step
+outputs are JSON: the assistant message (and token usage); the tool message, the whole context
+after the tool (so in-place changes replay without running the tool) and the handoff target by
+agent name and fingerprint. Replaying the recorded outputs through the same loop rebuilds the
+run's state exactly, which is how a killed process resumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import uuid
+from typing import Any
+
+from dbos import DBOS
+
+from .. import _registry, model
+from .._errors import AgentNotFoundError, ToolResultNotSerializableError
+from ..loop import ModelCall, ToolCall, turn_loop
+from ..runtime import adrive
+from ..tools import ToolOutcome, execute_tool_async, unknown_tool
+
+logger = logging.getLogger("durable_swarm")
+
+WORKFLOW_NAME = "durable_swarm.run"
+EVENTS_STREAM = "events"
+
+
+def agent_ref(agent: Any) -> dict[str, str]:
+    """How the log names an agent: its name and the fingerprint of its definition."""
+    return {"name": agent.name, "fingerprint": _registry.fingerprint(agent)}
+
+
+class RunHost:
+    """What a run needs from the process it runs in: the model client and the live agents."""
+
+    def __init__(self) -> None:
+        self.clients: dict[str, Any] = {}
+        self.live_agents: dict[str, dict[str, Any]] = {}
+        self.default_client: Any = None
+        self.problems: dict[str, str] = {}
+
+    def client_for(self, run_id: str) -> Any:
+        client = self.clients.get(run_id) or self.default_client
+        if client is None:
+            from openai import OpenAI
+
+            client = self.default_client = OpenAI()
+        return client
+
+    def remember(self, run_id: str, agent: Any) -> None:
+        self.live_agents.setdefault(run_id, {})[agent.name] = agent
+
+    def forget(self, run_id: str) -> None:
+        self.clients.pop(run_id, None)
+        self.problems.pop(run_id, None)
+
+    def lookup(self, run_id: str, ref: dict[str, Any]) -> Any:
+        """The agent `ref` names: the object this run met in this process, else the registry."""
+        live = self.live_agents.get(run_id, {}).get(ref["name"])
+        if live is not None:
+            return live
+        return _registry.resolve(ref["name"], ref.get("fingerprint"), run_id=run_id)
+
+    async def await_agent(self, run_id: str, ref: dict[str, Any]) -> Any:
+        """`lookup`, waiting (without failing the run) until the agent's code is imported."""
+        reported = False
+        while True:
+            try:
+                agent = self.lookup(run_id, ref)
+            except AgentNotFoundError as e:
+                if not reported:
+                    logger.error("%s", e)
+                    self.problems[run_id] = str(e)
+                    reported = True
+                await asyncio.sleep(0.2)
+                continue
+            self.problems.pop(run_id, None)
+            self.remember(run_id, agent)
+            return agent
+
+
+HOST = RunHost()
+
+
+def _transient(error: BaseException) -> bool:
+    import openai
+
+    return isinstance(
+        error,
+        (
+            openai.APIConnectionError,
+            openai.APITimeoutError,
+            openai.RateLimitError,
+            openai.InternalServerError,
+        ),
+    )
+
+
+def _check_json(tool: str, run_id: str, payload: dict[str, Any]) -> None:
+    try:
+        json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ToolResultNotSerializableError(tool, str(e), run_id=run_id) from e
+
+
+class DurableRuntime:
+    """Performs the loop's effects as DBOS steps of the current workflow."""
+
+    def __init__(self, run_id: str, stream: bool) -> None:
+        self.run_id = run_id
+        self.stream = stream
+
+    async def acall_model(self, effect: ModelCall) -> dict[str, Any]:
+        sender = effect.agent.name
+        client = HOST.client_for(self.run_id)
+
+        async def model_step() -> dict[str, Any]:
+            if effect.request.get("stream"):
+                return await self._streamed(client, effect)
+            completion = await model.acreate(client, effect.request)
+            message = model.completion_message(completion, sender, run_id=self.run_id)
+            return {"message": message, "usage": model.usage_of(completion)}
+
+        options: dict[str, Any] = {
+            "name": f"model:{sender}",
+            "retries_allowed": True,
+            "max_attempts": 3,
+            "interval_seconds": 1.0,
+            "backoff_rate": 2.0,
+            "should_retry": _transient,
+        }
+        output = await DBOS.run_step_async(options, model_step)  # type: ignore[arg-type]
+        return output["message"]  # type: ignore[no-any-return]
+
+    async def _streamed(self, client: Any, effect: ModelCall) -> dict[str, Any]:
+        """A streamed model call: events go to the run's DBOS stream as they arrive."""
+        step, attempt = DBOS.step_id, uuid.uuid4().hex[:8]
+        assembler = model.StreamAssembler(effect.agent.name)
+
+        async def publish(event: dict[str, Any]) -> None:
+            item = {"step": step, "attempt": attempt, "event": event}
+            await DBOS.write_stream_async(EVENTS_STREAM, item)
+
+        await publish({"delim": "start"})
+        async for chunk in model.astream_chunks(client, effect.request):
+            if (event := assembler.feed(chunk)) is not None:
+                await publish(event)
+        await publish({"delim": "end"})
+        return {"message": assembler.message(), "usage": assembler.usage}
+
+    async def acall_tool(self, effect: ToolCall) -> ToolOutcome:
+        name = effect.call["function"]["name"]
+        if effect.function is None:
+            return unknown_tool(effect.call, effect.context_variables)
+        function = effect.function
+
+        async def tool_step() -> dict[str, Any]:
+            key = f"{self.run_id}:{DBOS.step_id}"
+            outcome = await execute_tool_async(
+                function, effect.call, effect.context_variables, idempotency_key=key
+            )
+            handoff = None
+            if outcome.agent is not None:
+                HOST.remember(self.run_id, outcome.agent)
+                handoff = agent_ref(outcome.agent)
+            payload = {
+                "message": outcome.message,
+                "context_variables": outcome.context_variables,
+                "handoff": handoff,
+            }
+            _check_json(name, self.run_id, payload)
+            return payload
+
+        output = await DBOS.run_step_async({"name": f"tool:{name}"}, tool_step)
+        handoff = output.get("handoff")
+        agent = await HOST.await_agent(self.run_id, handoff) if handoff else None
+        return ToolOutcome(output["message"], output["context_variables"], agent)
+
+
+def encode_max_turns(max_turns: float) -> int | None:
+    """`max_turns` as JSON: None stands for infinity."""
+    return None if math.isinf(max_turns) else int(max_turns)
+
+
+@DBOS.workflow(name=WORKFLOW_NAME)
+async def run_workflow(spec: dict[str, Any]) -> dict[str, Any]:
+    """One durable conversation: Swarm's `run` with every effect checkpointed."""
+    run_id = DBOS.workflow_id
+    assert run_id is not None
+    agent = await HOST.await_agent(run_id, spec["agent"])
+    max_turns = spec.get("max_turns")
+    loop = turn_loop(
+        agent,
+        spec["messages"],
+        spec.get("context_variables") or {},
+        model_override=spec.get("model_override"),
+        stream=bool(spec.get("stream")),
+        debug=bool(spec.get("debug")),
+        max_turns=float("inf") if max_turns is None else max_turns,
+        execute_tools=spec.get("execute_tools", True),
+    )
+    try:
+        response = await adrive(loop, DurableRuntime(run_id, bool(spec.get("stream"))))
+    finally:
+        if spec.get("stream"):
+            await DBOS.close_stream_async(EVENTS_STREAM)
+    return {
+        "messages": response.messages,
+        "agent": agent_ref(response.agent) if response.agent is not None else None,
+        "context_variables": response.context_variables,
+    }
