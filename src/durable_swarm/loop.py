@@ -14,7 +14,7 @@ import inspect
 from collections import defaultdict
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from .tools import ToolOutcome, model_tool_schema, tool_name
 from .types import Response
@@ -41,7 +41,7 @@ class ToolCall:
     debug: bool = False
 
 
-Effect = Union[ModelCall, ToolCall]
+Effect = ModelCall | ToolCall
 Loop = Generator[Effect, Any, Response]
 
 
@@ -69,8 +69,10 @@ def build_request(
     tools = [model_tool_schema(f) for f in agent.functions]
     request: dict[str, Any] = {
         "model": model_override or agent.model,
-        "messages": [{"role": "system", "content": _instructions(agent, context_variables)}]
-        + history,
+        "messages": [
+            {"role": "system", "content": _instructions(agent, context_variables)},
+            *history,
+        ],
         "tools": tools or None,
         "tool_choice": agent.tool_choice,
         "stream": stream,

@@ -25,7 +25,8 @@ class InMemoryRuntime:
 
     def call_model(self, effect: ModelCall) -> dict[str, Any]:
         """One model call; returns the assistant message dict."""
-        return model.completion_message(model.create(self.client, effect.request), effect.agent.name)
+        completion = model.create(self.client, effect.request)
+        return model.completion_message(completion, effect.agent.name)
 
     async def acall_model(self, effect: ModelCall) -> dict[str, Any]:
         """`call_model` for async code."""
@@ -71,7 +72,7 @@ def drive(loop: Loop, runtime: Any) -> Response:
         try:
             effect = loop.send(result)
         except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+            return stop.value
         if isinstance(effect, ModelCall):
             result = runtime.call_model(effect)
         else:
@@ -85,7 +86,7 @@ async def adrive(loop: Loop, runtime: Any) -> Response:
         try:
             effect = loop.send(result)
         except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+            return stop.value
         if isinstance(effect, ModelCall):
             result = await runtime.acall_model(effect)
         else:

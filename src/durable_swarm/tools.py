@@ -10,6 +10,7 @@ arguments and exceptions in the tool become an error message the model can read.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import inspect
 import json
@@ -26,7 +27,9 @@ from ._aio import run_coroutine
 __all__ = [
     "CONTEXT_VARIABLES",
     "IDEMPOTENCY_KEY",
+    "TOOL_SPEC_ATTR",
     "ToolOutcome",
+    "ToolSpec",
     "coerce_result",
     "execute_tool",
     "execute_tool_async",
@@ -34,6 +37,7 @@ __all__ = [
     "is_agent",
     "model_tool_schema",
     "tool_name",
+    "tool_spec",
     "unknown_tool",
 ]
 
@@ -71,9 +75,38 @@ def _is_result(obj: Any) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class ToolSpec:
+    """Options a tool function carries (set by the `@tool` decorator; all optional).
+
+    Attributes:
+        name: the name offered to the model (default: the function's `__name__`).
+        description: the description offered to the model (default: the docstring).
+        timeout: seconds a call may take before it becomes an error message for the model.
+        retries: how many more times a call that raised is tried before it becomes an error.
+        needs_approval: the run pauses before each call until a person approves or rejects it.
+    """
+
+    name: str | None = None
+    description: str | None = None
+    timeout: float | None = None
+    retries: int = 0
+    needs_approval: bool = False
+
+
+TOOL_SPEC_ATTR = "__durable_swarm_tool__"
+
+
+def tool_spec(func: Callable[..., Any]) -> ToolSpec:
+    """The `ToolSpec` of a function (defaults for a plain function)."""
+    spec = getattr(func, TOOL_SPEC_ATTR, None)
+    return spec if isinstance(spec, ToolSpec) else ToolSpec()
+
+
 def tool_name(func: Callable[..., Any]) -> str:
     """The name a function is offered to the model under."""
-    return str(getattr(func, "__name__", None) or type(func).__name__)
+    name = tool_spec(func).name or getattr(func, "__name__", None) or type(func).__name__
+    return str(name)
 
 
 def _param_docs(doc: str) -> dict[str, str]:
@@ -162,14 +195,13 @@ def function_schema(func: Callable[..., Any]) -> dict[str, Any]:
     required = [
         p.name
         for p in signature.parameters.values()
-        if p.default is inspect.Parameter.empty
-        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
     ]
     return {
         "type": "function",
         "function": {
             "name": tool_name(func),
-            "description": func.__doc__ or "",
+            "description": tool_spec(func).description or func.__doc__ or "",
             "parameters": {"type": "object", "properties": properties, "required": required},
         },
     }
@@ -212,7 +244,7 @@ def _arguments_model(func: Callable[..., Any]) -> tuple[type[BaseModel], bool]:
 
 
 def _parse_arguments(func: Callable[..., Any], raw: str) -> dict[str, Any]:
-    """Validate the model's JSON `raw` against `func`'s signature; raise ValueError if it won't do."""
+    """Check the model's JSON `raw` against `func`'s signature; raise ValueError if it won't do."""
     try:
         args = json.loads(raw) if raw and raw.strip() else {}
     except json.JSONDecodeError as e:
@@ -306,9 +338,7 @@ def unknown_tool(call: dict[str, Any], context_variables: dict[str, Any]) -> Too
     return ToolOutcome(_tool_message(call, f"Error: Tool {name} not found."), context_variables)
 
 
-def _finish(
-    call: dict[str, Any], context_variables: dict[str, Any], value: Any
-) -> ToolOutcome:
+def _finish(call: dict[str, Any], context_variables: dict[str, Any], value: Any) -> ToolOutcome:
     text, agent, updates = coerce_result(value)
     context_variables.update(updates)
     return ToolOutcome(_tool_message(call, text), context_variables, agent)
@@ -317,6 +347,14 @@ def _finish(
 def _failed(call: dict[str, Any], context_variables: dict[str, Any], e: Exception) -> ToolOutcome:
     name = call["function"]["name"]
     text = f"Error: tool {name} raised {type(e).__name__}: {e}"
+    return ToolOutcome(_tool_message(call, text), context_variables)
+
+
+def _timed_out(
+    call: dict[str, Any], context_variables: dict[str, Any], timeout: float | None
+) -> ToolOutcome:
+    name = call["function"]["name"]
+    text = f"Error: tool {name} timed out after {timeout} seconds."
     return ToolOutcome(_tool_message(call, text), context_variables)
 
 
@@ -337,13 +375,28 @@ def execute_tool(
     args = _prepare(func, call, context_variables, idempotency_key)
     if isinstance(args, ToolOutcome):
         return args
-    try:
+    spec = tool_spec(func)
+
+    def attempt() -> Any:
         value = func(**args)
-        if inspect.isawaitable(value):
-            value = run_coroutine(value)
-    except Exception as e:
-        return _failed(call, context_variables, e)
-    return _finish(call, context_variables, value)
+        return run_coroutine(value) if inspect.isawaitable(value) else value
+
+    for remaining in range(spec.retries, -1, -1):
+        try:
+            if spec.timeout is None:
+                return _finish(call, context_variables, attempt())
+            pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+            try:
+                value = pool.submit(attempt).result(timeout=spec.timeout)
+            finally:
+                pool.shutdown(wait=False)
+            return _finish(call, context_variables, value)
+        except concurrent.futures.TimeoutError:
+            return _timed_out(call, context_variables, spec.timeout)
+        except Exception as e:
+            if not remaining:
+                return _failed(call, context_variables, e)
+    raise AssertionError("unreachable")
 
 
 async def execute_tool_async(
@@ -357,13 +410,21 @@ async def execute_tool_async(
     args = _prepare(func, call, context_variables, idempotency_key)
     if isinstance(args, ToolOutcome):
         return args
-    try:
+    spec = tool_spec(func)
+
+    async def attempt() -> Any:
         if inspect.iscoroutinefunction(func):
-            value = await func(**args)
-        else:
-            value = await asyncio.to_thread(func, **args)
-            if inspect.isawaitable(value):
-                value = await value
-    except Exception as e:
-        return _failed(call, context_variables, e)
-    return _finish(call, context_variables, value)
+            return await func(**args)
+        value = await asyncio.to_thread(func, **args)
+        return await value if inspect.isawaitable(value) else value
+
+    for remaining in range(spec.retries, -1, -1):
+        try:
+            value = await asyncio.wait_for(attempt(), spec.timeout)
+            return _finish(call, context_variables, value)
+        except asyncio.TimeoutError:
+            return _timed_out(call, context_variables, spec.timeout)
+        except Exception as e:
+            if not remaining:
+                return _failed(call, context_variables, e)
+    raise AssertionError("unreachable")

@@ -1,4 +1,4 @@
-"""Swarm's data types: `Agent`, `Result`, `Response` (and the OpenAI message types Swarm re-exports).
+"""Swarm's data types: `Agent`, `Result`, `Response` (and the OpenAI types Swarm re-exports).
 
 Every `Agent` registers itself by name when it is created (see `durable_swarm._registry`), so a
 durable run recovered in a new process can find the agents it was using.
@@ -7,7 +7,7 @@ durable run recovered in a new process can find the agents it was using.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 from openai.types.chat import ChatCompletionMessage
 from openai.types.chat.chat_completion_message_tool_call import (
@@ -44,9 +44,9 @@ class Agent(BaseModel):
 
     name: str = "Agent"
     model: str = "gpt-4o"
-    instructions: Union[str, Callable[..., str]] = "You are a helpful agent."
+    instructions: str | Callable[..., str] = "You are a helpful agent."
     functions: list[AgentFunction] = []
-    tool_choice: Optional[Union[str, dict[str, Any]]] = None
+    tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool = True
 
     def model_post_init(self, __context: Any) -> None:
@@ -59,7 +59,7 @@ class Response(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     messages: list[Any] = []
-    agent: Optional[Any] = None
+    agent: Any | None = None
     context_variables: dict[str, Any] = {}
 
 
@@ -75,5 +75,5 @@ class Result(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     value: str = ""
-    agent: Optional[Any] = None
+    agent: Any | None = None
     context_variables: dict[str, Any] = {}

@@ -1,0 +1,155 @@
+"""A terminal chat with an agent: Swarm's `run_demo_loop` and its two printing helpers.
+
+`from swarm.repl import run_demo_loop` becomes `from durable_swarm.repl import run_demo_loop`.
+Unlike Swarm's, the loop carries `context_variables` over from one turn to the next (as it does
+the agent) and ends quietly on end of input (Ctrl-D) or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .swarm import Swarm
+from .types import Response
+
+__all__ = ["pretty_print_messages", "process_and_print_streaming_response", "run_demo_loop"]
+
+_SENDER = "\033[94m{}\033[0m:"
+_TOOL = "\033[95m{}\033[0m({})"
+
+
+def _arguments_text(arguments: str | None) -> str:
+    """`{"city": "Paris"}` as `"city"= "Paris"` (Swarm's display); unparsable text as it is."""
+    try:
+        text = json.dumps(json.loads(arguments or "{}"))
+    except (TypeError, ValueError):
+        return arguments or ""
+    text = text.replace(":", "=")
+    return text[1:-1] if text.startswith("{") and text.endswith("}") else text
+
+
+def _tool_call_line(tool_call: dict[str, Any]) -> str:
+    function = tool_call.get("function") or {}
+    return _TOOL.format(function.get("name", ""), _arguments_text(function.get("arguments")))
+
+
+def _print_tool_calls(tool_calls: list[dict[str, Any]]) -> None:
+    """The tool call lines that follow `<sender>: [content]` (a blank line first if several)."""
+    if len(tool_calls) > 1:
+        print()
+    for tool_call in tool_calls:
+        print(_tool_call_line(tool_call))
+
+
+def pretty_print_messages(messages: Iterable[dict[str, Any]]) -> None:
+    """Print the assistant messages of `messages` as `<sender>: <content>` and their tool calls.
+
+    Other roles (user, tool, system) are skipped. The sender is shown in blue and each tool
+    call in purple as `name("arg"= value)`, as Swarm's REPL does.
+    """
+    for message in messages:
+        if message.get("role") != "assistant":
+            continue
+        print(_SENDER.format(message.get("sender", "")), end=" ")
+        if message.get("content"):
+            print(message["content"])
+        tool_calls = message.get("tool_calls") or []
+        _print_tool_calls(tool_calls)
+        if not message.get("content") and not tool_calls:
+            print()
+
+
+def process_and_print_streaming_response(events: Iterable[dict[str, Any]]) -> Response | None:
+    """Print a streamed run as it arrives and return its final `Response`.
+
+    `events` is what `run(..., stream=True)` yields. Content is printed chunk by chunk after the
+    speaking agent's name; the tool calls of a message are printed once the message has ended
+    (their arguments arrive in pieces). Returns None if the stream ends without a response.
+    """
+    sender = ""
+    printed_content = False
+    tool_calls: dict[int, dict[str, Any]] = {}
+    for event in events:
+        if "response" in event:
+            return event["response"]
+        if event.get("delim") == "start":
+            printed_content, tool_calls = False, {}
+            continue
+        if event.get("delim") == "end":
+            calls = [tool_calls[i] for i in sorted(tool_calls)]
+            if printed_content:
+                print()
+            elif calls:
+                print(_SENDER.format(sender), end=" ")
+            _print_tool_calls(calls)
+            continue
+        if event.get("sender"):
+            sender = event["sender"]
+        if event.get("content"):
+            if not printed_content:
+                print(_SENDER.format(sender), end=" ", flush=True)
+                printed_content = True
+            print(event["content"], end="", flush=True)
+        for position, delta in enumerate(event.get("tool_calls") or []):
+            call = tool_calls.setdefault(
+                delta.get("index", position), {"function": {"name": "", "arguments": ""}}
+            )
+            function = delta.get("function") or {}
+            call["function"]["name"] += function.get("name") or ""
+            call["function"]["arguments"] += function.get("arguments") or ""
+    return None
+
+
+def run_demo_loop(
+    starting_agent: Any,
+    context_variables: dict[str, Any] | None = None,
+    stream: bool = False,
+    debug: bool = False,
+    *,
+    swarm: Any = None,
+    input_fn: Callable[[str], str] | None = None,
+) -> None:
+    """Chat with `starting_agent` in the terminal until end of input (Ctrl-D) or Ctrl-C.
+
+    Each line read with `input_fn("User: ")` is added to the conversation and run; assistant
+    messages are printed as `<sender>: <content>`, tool calls as `name("arg"= value)`, and with
+    `stream=True` content is printed as it arrives. The agent the run ended on and the updated
+    `context_variables` carry over to the next turn.
+
+    `swarm` is the client that runs each turn: a new `Swarm()` (which needs `OPENAI_API_KEY`)
+    when None, or any object with Swarm's `run` (a `DurableSwarm`, a `Swarm` with a test client).
+    `input_fn` reads a line given a prompt; None means the builtin `input` (looked up at each
+    call, so a patched `builtins.input` is used too).
+    """
+    if swarm is None:
+        swarm = Swarm()
+    print("Starting Swarm CLI 🐝")
+    messages: list[dict[str, Any]] = []
+    agent = starting_agent
+    context = dict(context_variables or {})
+    try:
+        while True:
+            line = input_fn("User: ") if input_fn else builtins.input("User: ")
+            messages.append({"role": "user", "content": line})
+            result = swarm.run(
+                agent=agent,
+                messages=messages,
+                context_variables=context,
+                stream=stream,
+                debug=debug,
+            )
+            if stream:
+                response = process_and_print_streaming_response(result)
+            else:
+                response = result
+                pretty_print_messages(response.messages)
+            if response is None:
+                continue
+            messages.extend(response.messages)
+            agent = response.agent or agent
+            context = dict(response.context_variables)
+    except (EOFError, KeyboardInterrupt):
+        print()
