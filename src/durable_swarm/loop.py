@@ -1,10 +1,20 @@
 """The turn loop: one deterministic generator shared by every runtime.
 
-The loop decides the next action from the run's state and *yields* each effect it needs
-(`ModelCall`, `ToolCall`) to a driver, which performs it through a runtime and sends the result
-back. The loop itself does no I/O, reads no clock and no randomness, so the in-memory runtime
-(`Swarm`) and the durable one (`DurableSwarm`, where each effect is a DBOS step) cannot drift apart:
-replaying the recorded step outputs through the same loop rebuilds the same state.
+The loop decides the next action from the run's state and *yields* each effect it needs to a
+driver, which performs it through a runtime and sends the result back:
+
+- `ModelCall`: the next assistant message;
+- `ToolCall`: one tool call;
+- `WaitForInput`: an answer from the person, or their decision on a tool call;
+- `Transition`: a record of a handoff (which rule fired, from which agent to which, and why).
+
+The loop itself does no I/O, reads no clock and no randomness, so the in-memory runtime (`Swarm`)
+and the durable one (`DurableSwarm`, where each effect is a DBOS step or a durable wait) cannot
+drift apart: replaying the recorded outputs through the same loop rebuilds the same state.
+
+Each turn: context conditions, then the model's reply and its tool calls (a function returning an
+agent, or an `OnCondition` transfer), else the agent's after-work, else the swarm's after-work;
+without any of these, a reply without tool calls ends the run, as in Swarm.
 """
 
 from __future__ import annotations
@@ -12,13 +22,27 @@ from __future__ import annotations
 import copy
 import inspect
 from collections import defaultdict
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .tools import ToolOutcome, model_tool_schema, tool_name
+from . import _registry
+from ._errors import DurableSwarmError
+from .handoffs import (
+    AfterWork,
+    AfterWorkOption,
+    OnCondition,
+    OnContextCondition,
+    UpdateSystemMessage,
+    call_flexibly,
+    holds,
+)
+from .human import Decision
+from .tools import ToolOutcome, is_agent, model_tool_schema, tool_message, tool_name, tool_spec
 from .types import Response
 from .util import debug_print
+
+MAX_CONTEXT_HOPS = 10
 
 
 @dataclass
@@ -41,37 +65,109 @@ class ToolCall:
     debug: bool = False
 
 
-Effect = ModelCall | ToolCall
+@dataclass
+class WaitForInput:
+    """Effect: wait for the person. `kind` is `"input"` (the result is their answer, a str) or
+    `"approval"` (the result is their decision on `call`, see `human.Decision`)."""
+
+    kind: str
+    agent: Any
+    prompt: str = ""
+    call: dict[str, Any] | None = None
+
+
+@dataclass
+class Transition:
+    """Effect: record a handoff or an after-work decision: `rule` fired, `source` -> `target`."""
+
+    source: str | None
+    target: str | None
+    rule: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        """As stored in a run's log."""
+        return {
+            "source": self.source,
+            "target": self.target,
+            "rule": self.rule,
+            "reason": self.reason,
+        }
+
+
+Effect = ModelCall | ToolCall | WaitForInput | Transition
 Loop = Generator[Effect, Any, Response]
 
 
-def _instructions(agent: Any, context_variables: dict[str, Any]) -> str:
+@dataclass
+class RunState:
+    """What the loop knows: the active agent, the whole history and the context."""
+
+    agent: Any
+    history: list[dict[str, Any]]
+    context: dict[str, Any]
+    agents: dict[str, Any] = field(default_factory=dict)
+
+
+def _rules(agent: Any, kind: type) -> list[Any]:
+    return [h for h in getattr(agent, "handoffs", None) or [] if isinstance(h, kind)]
+
+
+def agent_functions(agent: Any, context: dict[str, Any]) -> list[Callable[..., Any]]:
+    """The tools offered to `agent` now: its functions, its skills' tools, and the transfers of
+    its `OnCondition` rules that are available in `context`."""
+    functions = list(agent.functions)
+    skills = getattr(agent, "skills", None)
+    if skills:
+        from .toolkit import skill_tools
+
+        functions += skill_tools(skills)
+    functions += [
+        rule.transfer_function()
+        for rule in _rules(agent, OnCondition)
+        if holds(rule.available, context)
+    ]
+    return functions
+
+
+def _instructions(agent: Any, history: Sequence[dict[str, Any]], context: dict[str, Any]) -> str:
+    updates = [
+        u
+        for u in [
+            *(getattr(agent, "update_agent_state_before_reply", None) or []),
+            agent.instructions,
+        ]
+        if isinstance(u, UpdateSystemMessage)
+    ]
     instructions = agent.instructions
-    if not callable(instructions):
-        return str(instructions)
-    try:
-        takes_context = bool(inspect.signature(instructions).parameters)
-    except (TypeError, ValueError):
-        takes_context = True
-    if takes_context:
-        return str(instructions(defaultdict(str, context_variables)))
-    return str(instructions())
+    if updates:
+        text = updates[-1].render(agent, history, context)
+    elif callable(instructions):
+        try:
+            takes_context = bool(inspect.signature(instructions).parameters)
+        except (TypeError, ValueError):
+            takes_context = True
+        ctx = defaultdict(str, context)
+        text = str(instructions(ctx) if takes_context else instructions())
+    else:
+        text = str(instructions)
+    skills = getattr(agent, "skills", None)
+    if skills:
+        from .toolkit import skill_instructions
+
+        text = "\n\n".join(t for t in (text, skill_instructions(skills)) if t)
+    return text
 
 
-def build_request(
-    agent: Any,
-    history: list[dict[str, Any]],
-    context_variables: dict[str, Any],
-    model_override: str | None,
-    stream: bool,
-) -> dict[str, Any]:
-    """The `chat.completions.create` parameters for `agent`'s next turn (as Swarm sends them)."""
-    tools = [model_tool_schema(f) for f in agent.functions]
+def build_request(state: RunState, model_override: str | None, stream: bool) -> dict[str, Any]:
+    """The `chat.completions.create` parameters for the active agent's turn (as Swarm sends)."""
+    agent = state.agent
+    tools = [model_tool_schema(f) for f in agent_functions(agent, state.context)]
     request: dict[str, Any] = {
         "model": model_override or agent.model,
         "messages": [
-            {"role": "system", "content": _instructions(agent, context_variables)},
-            *history,
+            {"role": "system", "content": _instructions(agent, state.history, state.context)},
+            *state.history,
         ],
         "tools": tools or None,
         "tool_choice": agent.tool_choice,
@@ -80,6 +176,100 @@ def build_request(
     if tools:
         request["parallel_tool_calls"] = agent.parallel_tool_calls
     return request
+
+
+def _find_agent(state: RunState, name: str) -> Any:
+    if name in AfterWorkOption.__members__:
+        return AfterWorkOption[name]
+    return state.agents.get(name) or _registry.resolve(name)
+
+
+def _context_handoffs(state: RunState) -> Generator[Effect, Any, None]:
+    """Apply the active agent's `OnContextCondition` rules (first that holds wins), repeatedly."""
+    for _ in range(MAX_CONTEXT_HOPS):
+        rule = next(
+            (
+                r
+                for r in _rules(state.agent, OnContextCondition)
+                if holds(r.available, state.context) and holds(r.condition, state.context)
+            ),
+            None,
+        )
+        if rule is None:
+            return
+        target = rule.target
+        if isinstance(target, str):
+            target = _find_agent(state, target)
+        elif not is_agent(target) and callable(target):
+            target = call_flexibly(target, state.agent, state.history, state.context)
+        if not is_agent(target) or target is state.agent:
+            return
+        yield Transition(state.agent.name, target.name, "context_condition", repr(rule.condition))
+        state.agent = target
+    raise DurableSwarmError(
+        f"Context-condition handoffs went round {MAX_CONTEXT_HOPS} times without a model turn "
+        f"(last agent {state.agent.name!r}). Check the OnContextCondition rules for a cycle."
+    )
+
+
+def _run_tools(
+    state: RunState, calls: list[dict[str, Any]], debug: bool
+) -> Generator[Effect, Any, tuple[Any, str]]:
+    """Run the message's tool calls in order; return the last handoff: (target, tool name)."""
+    functions = {tool_name(f): f for f in agent_functions(state.agent, state.context)}
+    target: tuple[Any, str] = (None, "")
+    for call in calls:
+        function = functions.get(call["function"]["name"])
+        if function is not None and tool_spec(function).needs_approval:
+            decision = Decision.from_json((yield WaitForInput("approval", state.agent, call=call)))
+            if not decision.approved:
+                state.history.append(tool_message(call, decision.tool_message(call)))
+                continue
+        outcome: ToolOutcome = yield ToolCall(state.agent, call, function, state.context, debug)
+        message = outcome.message
+        if outcome.ask is not None:
+            answer = yield WaitForInput("input", state.agent, prompt=outcome.ask, call=call)
+            message = {**message, "content": str(answer)}
+        state.history.append(message)
+        state.context = outcome.context_variables
+        if outcome.agent is not None:
+            target = (outcome.agent, call["function"]["name"])
+    return target
+
+
+def _after_work(state: RunState, swarm_after_work: Any) -> tuple[Any, str, str]:
+    own = _rules(state.agent, AfterWork)
+    if own:
+        return own[-1].agent, "after_work", f"{state.agent.name} answered without a tool call"
+    if swarm_after_work is not None:
+        target = swarm_after_work
+        target = target.agent if isinstance(target, AfterWork) else target
+        return target, "swarm_after_work", f"{state.agent.name} answered without a tool call"
+    return None, "", ""
+
+
+def _hand_over(
+    state: RunState, target: Any, rule: str, reason: str
+) -> Generator[Effect, Any, bool]:
+    """Move the run on to `target` (agent, name, option or callable); False ends the run."""
+    if target is None:
+        return rule == "tool"
+    if isinstance(target, str):
+        target = _find_agent(state, target)
+    if not is_agent(target) and not isinstance(target, AfterWorkOption) and callable(target):
+        target = call_flexibly(target, state.agent, state.history, state.context)
+        return (yield from _hand_over(state, target, rule, reason))
+    if isinstance(target, AfterWorkOption):
+        yield Transition(state.agent.name, None, rule, f"{target.value} ({reason})")
+        if target is AfterWorkOption.REVERT_TO_USER:
+            last = state.history[-1].get("content") if state.history else ""
+            answer = yield WaitForInput("input", state.agent, prompt=str(last or ""))
+            state.history.append({"role": "user", "content": str(answer)})
+        return target is not AfterWorkOption.TERMINATE
+    if target is not state.agent:
+        yield Transition(state.agent.name, target.name, rule, reason)
+        state.agent = target
+    return True
 
 
 def turn_loop(
@@ -91,36 +281,40 @@ def turn_loop(
     debug: bool = False,
     max_turns: float = float("inf"),
     execute_tools: bool = True,
+    after_work: Any = None,
+    agents: Sequence[Any] = (),
 ) -> Loop:
-    """Swarm's run loop as a generator of effects; returns the `Response`.
+    """Swarm's run loop (with handoff rules) as a generator of effects; returns the `Response`.
 
     `max_turns` counts the messages this run appends (Swarm's behaviour, which evals rely on).
-    Several tool calls in one message run in order; the last handoff wins.
+    Several tool calls in one message run in order; the last handoff wins. `after_work` is the
+    swarm-level after-work for agents without their own; `agents` name the agents that string
+    targets may refer to (others are found in the registry).
     """
-    active = agent
-    context = copy.deepcopy(context_variables or {})
-    history = copy.deepcopy(list(messages))
-    init_len = len(history)
-
-    while len(history) - init_len < max_turns and active:
-        request = build_request(active, history, context, model_override, stream)
+    state = RunState(
+        agent,
+        copy.deepcopy(list(messages)),
+        copy.deepcopy(context_variables or {}),
+        {a.name: a for a in agents},
+    )
+    init_len = len(state.history)
+    while len(state.history) - init_len < max_turns and state.agent:
+        yield from _context_handoffs(state)
+        request = build_request(state, model_override, stream)
         debug_print(debug, "Getting chat completion for...:", request["messages"])
-        message: dict[str, Any] = yield ModelCall(active, request, debug)
+        message: dict[str, Any] = yield ModelCall(state.agent, request, debug)
         debug_print(debug, "Received completion:", message)
-        history.append(message)
-        if not message.get("tool_calls") or not execute_tools:
+        state.history.append(message)
+        if not execute_tools:
+            break
+        if message.get("tool_calls"):
+            target, tool = yield from _run_tools(state, message["tool_calls"], debug)
+            rule, reason = "tool", f"function {tool} returned it"
+        else:
+            target, rule, reason = _after_work(state, after_work)
+        if not (yield from _hand_over(state, target, rule, reason)):
             debug_print(debug, "Ending turn.")
             break
-
-        functions = {tool_name(f): f for f in active.functions}
-        handoff = None
-        for call in message["tool_calls"]:
-            function = functions.get(call["function"]["name"])
-            outcome: ToolOutcome = yield ToolCall(active, call, function, context, debug)
-            history.append(outcome.message)
-            context = outcome.context_variables
-            handoff = outcome.agent or handoff
-        if handoff is not None:
-            active = handoff
-
-    return Response(messages=history[init_len:], agent=active, context_variables=context)
+    return Response(
+        messages=state.history[init_len:], agent=state.agent, context_variables=state.context
+    )

@@ -1,27 +1,72 @@
 """Runtimes perform the loop's effects; drivers feed their results back into the loop.
 
-A runtime has one narrow interface: `call_model`, `call_tool` (and `chunks` for streamed model
-calls), each with an async twin. `InMemoryRuntime` is what `Swarm` uses; the durable runtime
-(`durable_swarm.durable`) wraps the same calls in DBOS steps.
+A runtime has one narrow interface: `call_model`, `call_tool`, `wait_for_input`, `record` (and
+`chunks` for streamed model calls), each with an async twin prefixed `a`. `InMemoryRuntime` is
+what `Swarm` uses; the durable runtime (`durable_swarm.durable`) makes each a DBOS step or a
+durable wait.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from . import model
-from .loop import Loop, ModelCall, ToolCall
+from .human import Decision
+from .loop import Loop, ModelCall, ToolCall, Transition, WaitForInput
 from .tools import ToolOutcome, execute_tool, execute_tool_async, unknown_tool
 from .types import Response
 from .util import debug_print
 
 
-class InMemoryRuntime:
-    """Performs effects directly: the model through `client`, tools in this process."""
+def ask_terminal(prompt: str) -> str:
+    """The default way to ask the person in memory: the terminal's `input()`."""
+    return input(f"{prompt}\n> " if prompt else "> ")
 
-    def __init__(self, client: Any) -> None:
+
+class InMemoryRuntime:
+    """Performs effects directly: the model through `client`, tools in this process, questions
+    through `input_fn` (the terminal by default), approvals through `approve_fn` (by default a
+    y/n question through `input_fn`). Transitions are kept in `transitions`."""
+
+    def __init__(
+        self,
+        client: Any,
+        input_fn: Callable[[str], str] | None = None,
+        approve_fn: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> None:
         self.client = client
+        self.input_fn = input_fn or ask_terminal
+        self.approve_fn = approve_fn
+        self.transitions: list[dict[str, Any]] = []
+
+    def wait_for_input(self, effect: WaitForInput) -> Any:
+        """Ask the person; an approval is a `Decision` as JSON."""
+        if effect.kind != "approval" or effect.call is None:
+            return self.input_fn(effect.prompt)
+        if self.approve_fn is not None:
+            verdict = self.approve_fn(effect.call)
+            return (
+                verdict.to_json()
+                if isinstance(verdict, Decision)
+                else Decision(bool(verdict)).to_json()
+            )
+        function = effect.call["function"]
+        answer = self.input_fn(f"Approve {function['name']}({function['arguments']})? [y/N]")
+        return Decision(answer.strip().lower() in ("y", "yes")).to_json()
+
+    async def await_input(self, effect: WaitForInput) -> Any:
+        """`wait_for_input` for async code (runs in a thread)."""
+        return await asyncio.to_thread(self.wait_for_input, effect)
+
+    def record(self, effect: Transition) -> None:
+        """Keep a transition."""
+        self.transitions.append(effect.to_json())
+
+    async def arecord(self, effect: Transition) -> None:
+        """`record` for async code."""
+        self.record(effect)
 
     def call_model(self, effect: ModelCall) -> dict[str, Any]:
         """One model call; returns the assistant message dict."""
@@ -65,6 +110,20 @@ def _debug_tool(effect: ToolCall) -> None:
         debug_print(effect.debug, f"Processing tool call: {name} with arguments {args}")
 
 
+_SYNC = {
+    ModelCall: "call_model",
+    ToolCall: "call_tool",
+    WaitForInput: "wait_for_input",
+    Transition: "record",
+}
+_ASYNC = {
+    ModelCall: "acall_model",
+    ToolCall: "acall_tool",
+    WaitForInput: "await_input",
+    Transition: "arecord",
+}
+
+
 def drive(loop: Loop, runtime: Any) -> Response:
     """Run `loop` to the end, performing each effect with `runtime`."""
     result: Any = None
@@ -73,10 +132,7 @@ def drive(loop: Loop, runtime: Any) -> Response:
             effect = loop.send(result)
         except StopIteration as stop:
             return stop.value
-        if isinstance(effect, ModelCall):
-            result = runtime.call_model(effect)
-        else:
-            result = runtime.call_tool(effect)
+        result = getattr(runtime, _SYNC[type(effect)])(effect)
 
 
 async def adrive(loop: Loop, runtime: Any) -> Response:
@@ -87,10 +143,7 @@ async def adrive(loop: Loop, runtime: Any) -> Response:
             effect = loop.send(result)
         except StopIteration as stop:
             return stop.value
-        if isinstance(effect, ModelCall):
-            result = await runtime.acall_model(effect)
-        else:
-            result = await runtime.acall_tool(effect)
+        result = await getattr(runtime, _ASYNC[type(effect)])(effect)
 
 
 def drive_stream(loop: Loop, runtime: Any) -> Iterator[dict[str, Any]]:
@@ -111,7 +164,7 @@ def drive_stream(loop: Loop, runtime: Any) -> Iterator[dict[str, Any]]:
             yield {"delim": "end"}
             result = assembler.message()
         else:
-            result = runtime.call_tool(effect)
+            result = getattr(runtime, _SYNC[type(effect)])(effect)
 
 
 async def adrive_stream(loop: Loop, runtime: Any) -> AsyncIterator[dict[str, Any]]:
@@ -132,4 +185,4 @@ async def adrive_stream(loop: Loop, runtime: Any) -> AsyncIterator[dict[str, Any
             yield {"delim": "end"}
             result = assembler.message()
         else:
-            result = await runtime.acall_tool(effect)
+            result = await getattr(runtime, _ASYNC[type(effect)])(effect)

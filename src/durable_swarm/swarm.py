@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
-from .loop import turn_loop
+from .loop import Loop, turn_loop
 from .runtime import InMemoryRuntime, adrive, adrive_stream, drive, drive_stream
 from .types import Agent
 
@@ -23,11 +23,54 @@ class Swarm:
 
     `client` is any object with `chat.completions.create(**params)` (an `openai.OpenAI`, an
     `openai.AsyncOpenAI`, or a test double); without one, `openai.OpenAI()` is created, which reads
-    `OPENAI_API_KEY` and `OPENAI_BASE_URL`.
+    `OPENAI_API_KEY` and `OPENAI_BASE_URL`. When a run needs the person (`REVERT_TO_USER`,
+    `AskUser`, a tool that needs approval), `input_fn(prompt)` asks them (default: the terminal)
+    and `approve_fn(tool_call)` decides approvals (default: a y/n question via `input_fn`).
+    The handoffs of the latest run are in `transitions`.
     """
 
-    def __init__(self, client: Any = None) -> None:
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        input_fn: Callable[[str], str] | None = None,
+        approve_fn: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> None:
         self.client = client if client else _default_client()
+        self.input_fn = input_fn
+        self.approve_fn = approve_fn
+        self.transitions: list[dict[str, Any]] = []
+
+    def _runtime(self) -> InMemoryRuntime:
+        runtime = InMemoryRuntime(self.client, self.input_fn, self.approve_fn)
+        self.transitions = runtime.transitions
+        return runtime
+
+    def _loop(
+        self,
+        agent: Agent,
+        messages: list[dict[str, Any]],
+        context_variables: dict[str, Any] | None,
+        model_override: str | None,
+        stream: bool,
+        debug: bool,
+        max_turns: float,
+        execute_tools: bool,
+        after_work: Any,
+        agents: Sequence[Agent],
+    ) -> Loop:
+        return turn_loop(
+            agent,
+            messages,
+            context_variables,
+            model_override,
+            stream,
+            debug,
+            max_turns,
+            execute_tools,
+            after_work,
+            agents,
+        )
 
     def run(
         self,
@@ -39,19 +82,23 @@ class Swarm:
         debug: bool = False,
         max_turns: float = float("inf"),
         execute_tools: bool = True,
+        *,
+        after_work: Any = None,
+        agents: Sequence[Agent] = (),
     ) -> Any:
         """Run `agent` on `messages` until it answers without calling a tool.
 
         Returns a `Response` with only the new messages, the agent the run ended on and the
         updated context variables; with `stream=True`, a generator of Swarm's stream events whose
         last item is `{"response": Response}`. The caller's `messages` and `context_variables`
-        are never modified.
+        are never modified. `after_work` (an `AfterWork`, `AfterWorkOption`, agent or callable)
+        applies to agents without their own; `agents` lists agents that handoffs may name.
         """
-        loop = turn_loop(
+        loop = self._loop(
             agent, messages, context_variables, model_override, stream, debug, max_turns,
-            execute_tools,
-        )
-        runtime = InMemoryRuntime(self.client)
+            execute_tools, after_work, agents,
+        )  # fmt: skip
+        runtime = self._runtime()
         return drive_stream(loop, runtime) if stream else drive(loop, runtime)
 
     def run_and_stream(
@@ -65,10 +112,11 @@ class Swarm:
         execute_tools: bool = True,
     ) -> Iterator[dict[str, Any]]:
         """`run(..., stream=True)` (Swarm's name for it)."""
-        return self.run(  # type: ignore[no-any-return]
+        result: Iterator[dict[str, Any]] = self.run(
             agent, messages, context_variables, model_override, True, debug, max_turns,
             execute_tools,
-        )
+        )  # fmt: skip
+        return result
 
     async def arun(
         self,
@@ -80,15 +128,18 @@ class Swarm:
         debug: bool = False,
         max_turns: float = float("inf"),
         execute_tools: bool = True,
+        *,
+        after_work: Any = None,
+        agents: Sequence[Agent] = (),
     ) -> Any:
         """`run` for async code: `await swarm.arun(...)` returns a `Response`; with `stream=True`
         it returns an async iterator of the same events as `run(..., stream=True)`.
         `async def` tools are awaited; other tools run in a worker thread."""
-        loop = turn_loop(
+        loop = self._loop(
             agent, messages, context_variables, model_override, stream, debug, max_turns,
-            execute_tools,
-        )
-        runtime = InMemoryRuntime(self.client)
+            execute_tools, after_work, agents,
+        )  # fmt: skip
+        runtime = self._runtime()
         if stream:
             return adrive_stream(loop, runtime)
         return await adrive(loop, runtime)
@@ -102,5 +153,4 @@ class Swarm:
     ) -> AsyncIterator[dict[str, Any]]:
         """Async streaming without an `await` first: `async for event in swarm.astream(...)`."""
         loop = turn_loop(agent, messages, context_variables, stream=True, **kwargs)
-        return adrive_stream(loop, InMemoryRuntime(self.client))
-
+        return adrive_stream(loop, self._runtime())

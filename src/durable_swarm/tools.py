@@ -17,12 +17,13 @@ import json
 import re
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
 from ._aio import run_coroutine
+from .human import AskUser
 
 __all__ = [
     "CONTEXT_VARIABLES",
@@ -36,6 +37,7 @@ __all__ = [
     "function_schema",
     "is_agent",
     "model_tool_schema",
+    "tool_message",
     "tool_name",
     "tool_spec",
     "unknown_tool",
@@ -284,7 +286,7 @@ class ToolOutcome:
     message: dict[str, Any]
     context_variables: dict[str, Any]
     agent: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    ask: str | None = None
 
 
 def coerce_result(value: Any) -> tuple[str, Any, dict[str, Any]]:
@@ -302,7 +304,8 @@ def coerce_result(value: Any) -> tuple[str, Any, dict[str, Any]]:
         ) from e
 
 
-def _tool_message(call: dict[str, Any], content: str) -> dict[str, Any]:
+def tool_message(call: dict[str, Any], content: str) -> dict[str, Any]:
+    """Swarm's tool message for `call` with `content`."""
     return {
         "role": "tool",
         "tool_call_id": call["id"],
@@ -323,7 +326,7 @@ def _prepare(
     except ValueError as e:
         name = call["function"]["name"]
         text = f"Error: invalid arguments for tool {name}: {e}. Call it again with valid arguments."
-        return ToolOutcome(_tool_message(call, text), context_variables)
+        return ToolOutcome(tool_message(call, text), context_variables)
     parameters = _parameters(func)
     if CONTEXT_VARIABLES in parameters:
         args[CONTEXT_VARIABLES] = context_variables
@@ -335,19 +338,21 @@ def _prepare(
 def unknown_tool(call: dict[str, Any], context_variables: dict[str, Any]) -> ToolOutcome:
     """The outcome of a call to a tool the agent does not have (Swarm's exact message)."""
     name = call["function"]["name"]
-    return ToolOutcome(_tool_message(call, f"Error: Tool {name} not found."), context_variables)
+    return ToolOutcome(tool_message(call, f"Error: Tool {name} not found."), context_variables)
 
 
 def _finish(call: dict[str, Any], context_variables: dict[str, Any], value: Any) -> ToolOutcome:
+    if isinstance(value, AskUser):
+        return ToolOutcome(tool_message(call, ""), context_variables, ask=value.question)
     text, agent, updates = coerce_result(value)
     context_variables.update(updates)
-    return ToolOutcome(_tool_message(call, text), context_variables, agent)
+    return ToolOutcome(tool_message(call, text), context_variables, agent)
 
 
 def _failed(call: dict[str, Any], context_variables: dict[str, Any], e: Exception) -> ToolOutcome:
     name = call["function"]["name"]
     text = f"Error: tool {name} raised {type(e).__name__}: {e}"
-    return ToolOutcome(_tool_message(call, text), context_variables)
+    return ToolOutcome(tool_message(call, text), context_variables)
 
 
 def _timed_out(
@@ -355,7 +360,7 @@ def _timed_out(
 ) -> ToolOutcome:
     name = call["function"]["name"]
     text = f"Error: tool {name} timed out after {timeout} seconds."
-    return ToolOutcome(_tool_message(call, text), context_variables)
+    return ToolOutcome(tool_message(call, text), context_variables)
 
 
 def execute_tool(

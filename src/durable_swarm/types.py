@@ -14,7 +14,7 @@ from openai.types.chat.chat_completion_message_tool_call import (
     ChatCompletionMessageToolCall,
     Function,
 )
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from . import _registry
 
@@ -26,6 +26,8 @@ __all__ = [
     "Function",
     "Response",
     "Result",
+    "SwarmAgent",
+    "SwarmResult",
 ]
 
 AgentFunction = Callable[..., Union[str, "Agent", dict, Any]]
@@ -44,13 +46,47 @@ class Agent(BaseModel):
 
     name: str = "Agent"
     model: str = "gpt-4o"
-    instructions: str | Callable[..., str] = "You are a helpful agent."
+    instructions: str | Callable[..., str] | Any = "You are a helpful agent."
     functions: list[AgentFunction] = []
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool = True
+    handoffs: list[Any] = []
+    """Handoff rules: `OnCondition`, `OnContextCondition` and at most one `AfterWork`."""
+    skills: list[Any] = []
+    """Skills (`durable_swarm.toolkit.Skill`): instruction fragments bundled with tools."""
+    update_agent_state_before_reply: list[Any] = []
+    """AG2's hook list; an `UpdateSystemMessage` here re-renders the instructions every turn."""
+
+    @field_validator("handoffs", mode="before")
+    @classmethod
+    def _check_handoffs(cls, value: Any) -> list[Any]:
+        from .handoffs import split_handoffs
+
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        split_handoffs(items)
+        return items
 
     def model_post_init(self, __context: Any) -> None:
         _registry.register(self)
+
+    def register_hand_off(self, hand_to: Any) -> None:
+        """Add handoff rules (AG2's spelling): one rule or a list of `OnCondition`,
+        `OnContextCondition` and `AfterWork` (a new `AfterWork` replaces the old one)."""
+        from .handoffs import AfterWork, split_handoffs
+
+        conditions, after_work = split_handoffs(hand_to)
+        kept = [h for h in self.handoffs if not (after_work and isinstance(h, AfterWork))]
+        self.handoffs = [*kept, *conditions, *([after_work] if after_work else [])]
+
+
+class SwarmAgent(Agent):
+    """AG2's name for an agent: `system_message` is the instructions; other AG2 options that
+    have no meaning here (such as `llm_config`) are ignored."""
+
+    def __init__(self, name: str = "Agent", system_message: Any = None, **data: Any) -> None:
+        if system_message is not None:
+            data.setdefault("instructions", system_message)
+        super().__init__(name=name, **data)
 
 
 class Response(BaseModel):
@@ -68,7 +104,8 @@ class Result(BaseModel):
 
     Attributes:
         value: the text the model reads as the tool's result.
-        agent: an agent to hand the conversation over to, if any.
+        agent: where the conversation goes next, if anywhere: an agent, an agent's name, or an
+            `AfterWorkOption` (`TERMINATE` ends the run, `REVERT_TO_USER` waits for the person).
         context_variables: updates merged into the run's context variables.
     """
 
@@ -77,3 +114,11 @@ class Result(BaseModel):
     value: str = ""
     agent: Any | None = None
     context_variables: dict[str, Any] = {}
+
+
+class SwarmResult(Result):
+    """AG2's name for a `Result`; it spells the text `values`."""
+
+    def __init__(self, values: str = "", **data: Any) -> None:
+        data.setdefault("value", values)
+        super().__init__(**data)

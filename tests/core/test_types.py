@@ -52,7 +52,7 @@ def test_agent_default_functions_not_shared():
 
 
 def test_agent_unknown_kwargs_ignored():
-    agent = Agent(name="A", temperature=0.2, handoffs=["B"])
+    agent = Agent(name="A", temperature=0.2, llm_config={"model": "x"})
 
     assert agent.name == "A"
     assert not hasattr(agent, "temperature")

@@ -13,6 +13,7 @@ from typing import Any
 from dbos import DBOS
 
 from .._errors import RunNotFoundError
+from ._workflow import WAITING_EVENT
 
 __all__ = ["RunInfo", "StepRecord", "read_run", "run_status", "summarize"]
 
@@ -33,7 +34,6 @@ _DBOS_STATUS = {
     "MAX_RECOVERY_ATTEMPTS_EXCEEDED": "failed",
     "CANCELLED": "cancelled",
 }
-WAITING_EVENT = "waiting_for"
 
 
 @dataclass
@@ -76,6 +76,8 @@ class RunInfo:
     created_at: datetime | None = None
     updated_at: datetime | None = None
     steps: list[StepRecord] = field(default_factory=list)
+    transitions: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
     input_messages: int = 0
     forked_from: str | None = None
     problem: str | None = None
@@ -108,7 +110,7 @@ def run_status(dbos_status: str, waiting: dict[str, Any] | None) -> str:
 def _error_text(error: Any) -> str | None:
     if error is None:
         return None
-    return str(error) if isinstance(error, BaseException) else str(error)
+    return str(error)
 
 
 def summarize(status: Any, waiting: dict[str, Any] | None = None) -> RunInfo:
@@ -156,14 +158,24 @@ def read_run(run_id: str) -> RunInfo:
     messages = list(spec.get("messages") or [])
     context = dict(spec.get("context_variables") or {})
     agent = (spec.get("agent") or {}).get("name")
+    asked: dict[str, Any] | None = None  # a tool message waiting for the person's answer
     for step in info.steps:
         out = step.output if isinstance(step.output, dict) else {}
         if step.kind in ("model", "tool") and "message" in out:
-            messages.append(out["message"])
+            messages.append(dict(out["message"]))
+            asked = messages[-1] if out.get("ask") else None
         if step.kind == "tool" and "context_variables" in out:
             context = out["context_variables"]
-        if step.kind == "tool" and out.get("handoff"):
-            agent = out["handoff"]["name"]
+        if step.kind == "handoff":
+            info.transitions.append(out)
+            agent = out.get("target") or agent
+        if step.kind == "dbos" and step.name == "DBOS.recv" and isinstance(out, dict):
+            if "text" in out and asked is not None:
+                asked["content"], asked = out["text"], None
+            elif "text" in out:
+                messages.append({"role": "user", "content": out["text"]})
+            else:
+                info.decisions.append(out)
     output = status.output if isinstance(status.output, dict) else None
     if output is not None:
         messages = list(spec.get("messages") or []) + list(output.get("messages") or [])

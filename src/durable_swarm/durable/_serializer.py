@@ -28,6 +28,9 @@ class RunError(DurableSwarmError):
     `error_type` is the name of the original exception class (e.g. `openai.APIConnectionError`).
     """
 
+    error_type: str
+    run_id: str | None
+
     def __init__(self, message: str, *, error_type: str = "Exception", run_id: str | None = None):
         super().__init__(message, error_type=error_type, run_id=run_id)
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import inspect
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 from dbos import DBOS, SetWorkflowID
@@ -17,9 +19,11 @@ from ._runs import RunInfo, read_run, summarize
 from ._workflow import (
     EVENTS_STREAM,
     HOST,
+    WAITING_EVENT,
     WORKFLOW_NAME,
     agent_ref,
     encode_max_turns,
+    encode_target,
     run_workflow,
 )
 
@@ -70,8 +74,8 @@ class RunHandle:
     async def aresult(self) -> Response:
         """`result` for async code."""
         handle = self._handle or await DBOS.retrieve_workflow_async(self.run_id)
-        output = handle.get_result()
-        if hasattr(output, "__await__"):
+        output: Any = handle.get_result()
+        if inspect.isawaitable(output):
             output = await output
         HOST.forget(self.run_id)
         return _response(self.run_id, output)
@@ -159,6 +163,8 @@ class DurableSwarm:
         max_turns: float,
         execute_tools: bool,
         run_id: str | None,
+        after_work: Any,
+        agents: Sequence[Agent],
     ) -> tuple[str, dict[str, Any]]:
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             raise DurableSwarmError(
@@ -169,7 +175,8 @@ class DurableSwarm:
         run_id = run_id or str(uuid.uuid4())
         if self.client:
             HOST.clients[run_id] = self.client
-        HOST.remember(run_id, agent)
+        for known in (agent, *agents):
+            HOST.remember(run_id, known)
         spec = {
             "agent": agent_ref(agent),
             "messages": copy.deepcopy(messages),
@@ -179,6 +186,8 @@ class DurableSwarm:
             "debug": debug,
             "max_turns": encode_max_turns(max_turns),
             "execute_tools": execute_tools,
+            "after_work": encode_target(after_work),
+            "agents": [agent_ref(a) for a in agents],
         }
         return run_id, spec
 
@@ -194,6 +203,8 @@ class DurableSwarm:
         execute_tools: bool = True,
         *,
         run_id: str | None = None,
+        after_work: Any = None,
+        agents: Sequence[Agent] = (),
     ) -> RunHandle:
         """Start a run without waiting for it; returns its `RunHandle`.
 
@@ -201,8 +212,17 @@ class DurableSwarm:
         twice (the other arguments are then ignored).
         """
         run_id, spec = self._prepare(
-            agent, messages, context_variables, model_override, stream, debug, max_turns,
-            execute_tools, run_id,
+            agent,
+            messages,
+            context_variables,
+            model_override,
+            stream,
+            debug,
+            max_turns,
+            execute_tools,
+            run_id,
+            after_work,
+            agents,
         )
         with SetWorkflowID(run_id):
             handle = DBOS.start_workflow(run_workflow, spec)
@@ -220,11 +240,22 @@ class DurableSwarm:
         execute_tools: bool = True,
         *,
         run_id: str | None = None,
+        after_work: Any = None,
+        agents: Sequence[Agent] = (),
     ) -> RunHandle:
         """`start` for async code (the run executes on the caller's event loop)."""
         run_id, spec = self._prepare(
-            agent, messages, context_variables, model_override, stream, debug, max_turns,
-            execute_tools, run_id,
+            agent,
+            messages,
+            context_variables,
+            model_override,
+            stream,
+            debug,
+            max_turns,
+            execute_tools,
+            run_id,
+            after_work,
+            agents,
         )
         with SetWorkflowID(run_id):
             handle = await DBOS.start_workflow_async(run_workflow, spec)
@@ -242,6 +273,8 @@ class DurableSwarm:
         execute_tools: bool = True,
         *,
         run_id: str | None = None,
+        after_work: Any = None,
+        agents: Sequence[Agent] = (),
     ) -> Any:
         """Swarm's `run`, durably: same arguments, same `Response` (or stream of events).
 
@@ -249,8 +282,17 @@ class DurableSwarm:
         run returns that run's result, or waits for it, and never executes it twice.
         """
         handle = self.start(
-            agent, messages, context_variables, model_override, stream, debug, max_turns,
-            execute_tools, run_id=run_id,
+            agent,
+            messages,
+            context_variables,
+            model_override,
+            stream,
+            debug,
+            max_turns,
+            execute_tools,
+            run_id=run_id,
+            after_work=after_work,
+            agents=agents,
         )
         return handle.events() if stream else handle.result()
 
@@ -266,11 +308,22 @@ class DurableSwarm:
         execute_tools: bool = True,
         *,
         run_id: str | None = None,
+        after_work: Any = None,
+        agents: Sequence[Agent] = (),
     ) -> Any:
         """`run` for async code; with `stream=True` returns an async iterator of events."""
         handle = await self.astart(
-            agent, messages, context_variables, model_override, stream, debug, max_turns,
-            execute_tools, run_id=run_id,
+            agent,
+            messages,
+            context_variables,
+            model_override,
+            stream,
+            debug,
+            max_turns,
+            execute_tools,
+            run_id=run_id,
+            after_work=after_work,
+            agents=agents,
         )
         return handle.aevents() if stream else await handle.aresult()
 
@@ -318,7 +371,7 @@ class DurableSwarm:
         for wf in workflows:
             waiting = None
             if wf.status == "PENDING":
-                waiting = DBOS.get_all_events(wf.workflow_id).get("waiting_for")
+                waiting = DBOS.get_all_events(wf.workflow_id).get(WAITING_EVENT)
             info = summarize(wf, waiting)
             if wanted and info.status not in wanted:
                 continue
@@ -328,6 +381,74 @@ class DurableSwarm:
             if limit is not None and len(runs) >= limit:
                 break
         return runs
+
+    # --- the person in the loop ----------------------------------------------------------
+
+    def _waiting(self, run_id: str, kind: str) -> dict[str, Any]:
+        info = self.get_run(run_id)
+        wanted = "waiting_for_input" if kind == "input" else "waiting_for_approval"
+        if info.status != wanted or not info.waiting_for:
+            raise DurableSwarmError(
+                f"Run {run_id!r} is not waiting for {kind} (its status is {info.status!r}); "
+                "nothing was sent. Check get_run(run_id).status and .waiting_for."
+            )
+        return info.waiting_for
+
+    def send_input(self, run_id: str, text: str, *, by: str | None = None) -> None:
+        """Answer the question a run waits on (`waiting_for_input`); the run resumes in
+        whichever process holds it (or at the next launch if none does)."""
+        self._waiting(run_id, "input")
+        DBOS.send(run_id, {"text": str(text), "by": by, "at": _now()}, topic="input")
+
+    def _decide(
+        self, run_id: str, tool_call_id: str, approved: bool, message: str | None, by: str | None
+    ) -> None:
+        waiting = self._waiting(run_id, "approval")
+        pending = (waiting.get("tool_call") or {}).get("id")
+        if pending != tool_call_id:
+            raise DurableSwarmError(
+                f"Run {run_id!r} waits for approval of tool call {pending!r}, not "
+                f"{tool_call_id!r}; nothing was sent."
+            )
+        decision = {
+            "tool_call_id": tool_call_id,
+            "digest": waiting.get("digest"),
+            "approved": approved,
+            "message": message,
+            "by": by,
+            "at": _now(),
+        }
+        DBOS.send(run_id, decision, topic="approval")
+
+    def approve(self, run_id: str, tool_call_id: str, *, by: str | None = None) -> None:
+        """Approve the tool call a run waits on; it runs with exactly the arguments shown in
+        `get_run(run_id).waiting_for`. The decision, who and when are recorded in the run."""
+        self._decide(run_id, tool_call_id, True, None, by)
+
+    def reject(
+        self,
+        run_id: str,
+        tool_call_id: str,
+        message: str | None = None,
+        *,
+        by: str | None = None,
+    ) -> None:
+        """Reject the tool call a run waits on; the model reads `message` as the tool's result."""
+        self._decide(run_id, tool_call_id, False, message, by)
+
+    async def asend_input(self, run_id: str, text: str, *, by: str | None = None) -> None:
+        """`send_input` for async code."""
+        await asyncio.to_thread(self.send_input, run_id, text, by=by)
+
+    async def aapprove(self, run_id: str, tool_call_id: str, *, by: str | None = None) -> None:
+        """`approve` for async code."""
+        await asyncio.to_thread(self.approve, run_id, tool_call_id, by=by)
+
+    async def areject(
+        self, run_id: str, tool_call_id: str, message: str | None = None, *, by: str | None = None
+    ) -> None:
+        """`reject` for async code."""
+        await asyncio.to_thread(self.reject, run_id, tool_call_id, message, by=by)
 
     # --- steering runs -------------------------------------------------------------------
 
@@ -384,8 +505,11 @@ class DurableSwarm:
         return await asyncio.to_thread(self.fork, run_id, step)
 
 
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
 def _iso(value: Any) -> str | None:
     if value is None:
         return None
     return value if isinstance(value, str) else value.isoformat()
-

@@ -10,24 +10,30 @@ run's state exactly, which is how a killed process resumes.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import logging
 import math
 import uuid
 from typing import Any
 
-from dbos import DBOS
+from dbos import DBOS, StepOptions
 
 from .. import _registry, model
-from .._errors import AgentNotFoundError, ToolResultNotSerializableError
-from ..loop import ModelCall, ToolCall, turn_loop
+from .._errors import AgentNotFoundError, DurableSwarmError, ToolResultNotSerializableError
+from ..handoffs import AfterWork, AfterWorkOption
+from ..human import arguments_digest
+from ..loop import ModelCall, ToolCall, Transition, WaitForInput, turn_loop
 from ..runtime import adrive
-from ..tools import ToolOutcome, execute_tool_async, unknown_tool
+from ..tools import ToolOutcome, execute_tool_async, is_agent, unknown_tool
 
 logger = logging.getLogger("durable_swarm")
 
 WORKFLOW_NAME = "durable_swarm.run"
 EVENTS_STREAM = "events"
+WAITING_EVENT = "waiting_for"
+# A wait re-arms after this long; it may go on for as long as it takes.
+WAIT_SECONDS = 7 * 24 * 3600.0
 
 
 def agent_ref(agent: Any) -> dict[str, str]:
@@ -126,7 +132,7 @@ class DurableRuntime:
             message = model.completion_message(completion, sender, run_id=self.run_id)
             return {"message": message, "usage": model.usage_of(completion)}
 
-        options: dict[str, Any] = {
+        options: StepOptions = {
             "name": f"model:{sender}",
             "retries_allowed": True,
             "max_attempts": 3,
@@ -134,8 +140,9 @@ class DurableRuntime:
             "backoff_rate": 2.0,
             "should_retry": _transient,
         }
-        output = await DBOS.run_step_async(options, model_step)  # type: ignore[arg-type]
-        return output["message"]  # type: ignore[no-any-return]
+        output = await DBOS.run_step_async(options, model_step)
+        message: dict[str, Any] = output["message"]
+        return message
 
     async def _streamed(self, client: Any, effect: ModelCall) -> dict[str, Any]:
         """A streamed model call: events go to the run's DBOS stream as they arrive."""
@@ -153,6 +160,47 @@ class DurableRuntime:
         await publish({"delim": "end"})
         return {"message": assembler.message(), "usage": assembler.usage}
 
+    async def await_input(self, effect: WaitForInput) -> Any:
+        """A durable wait for the person: published as the run's `waiting_for` event, answered
+        by `send_input`/`approve`/`reject` from any process (a DBOS message)."""
+        digest = arguments_digest(effect.call) if effect.call else None
+        waiting = {
+            "kind": effect.kind,
+            "agent": effect.agent.name,
+            "prompt": effect.prompt,
+            "tool_call": effect.call,
+            "digest": digest,
+        }
+        await DBOS.set_event_async(WAITING_EVENT, waiting)
+        while True:
+            message = await DBOS.recv_async(effect.kind, timeout_seconds=WAIT_SECONDS)
+            if not isinstance(message, dict):
+                continue
+            if effect.kind == "input":
+                answer: Any = str(message.get("text", ""))
+                break
+            if message.get("tool_call_id") == (effect.call or {}).get("id") and (
+                message.get("digest") == digest
+            ):
+                answer = message
+                break
+            logger.warning(
+                "Run %s ignored a decision for tool call %s: it waits for %s with other arguments.",
+                self.run_id,
+                message.get("tool_call_id"),
+                (effect.call or {}).get("id"),
+            )
+        await DBOS.set_event_async(WAITING_EVENT, None)
+        return answer
+
+    async def arecord(self, effect: Transition) -> None:
+        """A handoff, recorded as a step of its own (visible in the run's timeline)."""
+        event = effect.to_json()
+        await DBOS.run_step_async(
+            {"name": f"handoff:{effect.source}->{effect.target or effect.reason}"},
+            lambda: event,
+        )
+
     async def acall_tool(self, effect: ToolCall) -> ToolOutcome:
         name = effect.call["function"]["name"]
         if effect.function is None:
@@ -164,22 +212,59 @@ class DurableRuntime:
             outcome = await execute_tool_async(
                 function, effect.call, effect.context_variables, idempotency_key=key
             )
-            handoff = None
-            if outcome.agent is not None:
+            if is_agent(outcome.agent):
                 HOST.remember(self.run_id, outcome.agent)
-                handoff = agent_ref(outcome.agent)
             payload = {
                 "message": outcome.message,
                 "context_variables": outcome.context_variables,
-                "handoff": handoff,
+                "handoff": encode_target(outcome.agent),
+                "ask": outcome.ask,
             }
             _check_json(name, self.run_id, payload)
             return payload
 
         output = await DBOS.run_step_async({"name": f"tool:{name}"}, tool_step)
-        handoff = output.get("handoff")
-        agent = await HOST.await_agent(self.run_id, handoff) if handoff else None
-        return ToolOutcome(output["message"], output["context_variables"], agent)
+        target = await decode_target(self.run_id, output.get("handoff"))
+        return ToolOutcome(
+            output["message"], output["context_variables"], target, output.get("ask")
+        )
+
+
+def encode_target(target: Any) -> dict[str, Any] | None:
+    """A handoff target as JSON: an agent (name + fingerprint), an agent name, an option, or an
+    importable callable."""
+    if target is None:
+        return None
+    if isinstance(target, AfterWork):
+        target = target.agent
+    if is_agent(target):
+        return agent_ref(target)
+    if isinstance(target, AfterWorkOption):
+        return {"option": target.value}
+    if isinstance(target, str):
+        return {"name": target}
+    module, qualname = getattr(target, "__module__", None), getattr(target, "__qualname__", "")
+    if callable(target) and module and "<" not in qualname:
+        return {"callable": f"{module}:{qualname}"}
+    raise DurableSwarmError(
+        f"Cannot record handoff target {target!r} in a durable run: use an agent, an agent "
+        "name, an AfterWorkOption, or a module-level function."
+    )
+
+
+async def decode_target(run_id: str, data: dict[str, Any] | None) -> Any:
+    """The inverse of `encode_target` (an agent is looked up as in `RunHost.await_agent`)."""
+    if not data:
+        return None
+    if "option" in data:
+        return AfterWorkOption(data["option"])
+    if "callable" in data:
+        module, _, qualname = data["callable"].partition(":")
+        target: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+        return target
+    return await HOST.await_agent(run_id, data)
 
 
 def encode_max_turns(max_turns: float) -> int | None:
@@ -193,6 +278,7 @@ async def run_workflow(spec: dict[str, Any]) -> dict[str, Any]:
     run_id = DBOS.workflow_id
     assert run_id is not None
     agent = await HOST.await_agent(run_id, spec["agent"])
+    agents = [await HOST.await_agent(run_id, ref) for ref in spec.get("agents") or []]
     max_turns = spec.get("max_turns")
     loop = turn_loop(
         agent,
@@ -203,6 +289,8 @@ async def run_workflow(spec: dict[str, Any]) -> dict[str, Any]:
         debug=bool(spec.get("debug")),
         max_turns=float("inf") if max_turns is None else max_turns,
         execute_tools=spec.get("execute_tools", True),
+        after_work=await decode_target(run_id, spec.get("after_work")),
+        agents=agents,
     )
     try:
         response = await adrive(loop, DurableRuntime(run_id, bool(spec.get("stream"))))
