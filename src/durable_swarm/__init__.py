@@ -12,18 +12,41 @@ from ._errors import (
     RunNotFoundError,
     ToolResultNotSerializableError,
 )
+from .chat import ChatResult, initiate_swarm_chat
 from .durable import DurableSwarm, JsonSerializer, RunError, RunHandle, RunInfo
+from .handoffs import (
+    AFTER_WORK,
+    ON_CONDITION,
+    AfterWork,
+    AfterWorkOption,
+    ContextExpression,
+    ContextExpressionError,
+    OnCondition,
+    OnContextCondition,
+    UpdateSystemMessage,
+)
+from .human import AskUser, ask_user
 from .swarm import Swarm
-from .types import Agent, Response, Result
+from .types import Agent, Response, Result, SwarmAgent, SwarmResult
 
 __all__ = [
+    "AFTER_WORK",
+    "ON_CONDITION",
+    "AfterWork",
+    "AfterWorkOption",
     "Agent",
     "AgentNotFoundError",
+    "AskUser",
+    "ChatResult",
+    "ContextExpression",
+    "ContextExpressionError",
     "DatabaseUnavailableError",
     "DurableSwarm",
     "DurableSwarmError",
     "JsonSerializer",
     "ModelResponseError",
+    "OnCondition",
+    "OnContextCondition",
     "Response",
     "Result",
     "RunError",
@@ -31,5 +54,10 @@ __all__ = [
     "RunInfo",
     "RunNotFoundError",
     "Swarm",
+    "SwarmAgent",
+    "SwarmResult",
     "ToolResultNotSerializableError",
+    "UpdateSystemMessage",
+    "ask_user",
+    "initiate_swarm_chat",
 ]

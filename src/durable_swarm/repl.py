@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import builtins
 import json
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ._errors import RunNotFoundError
+from .handoffs import AfterWork, AfterWorkOption
 from .swarm import Swarm
 from .types import Response
 
@@ -111,6 +114,7 @@ def run_demo_loop(
     *,
     swarm: Any = None,
     input_fn: Callable[[str], str] | None = None,
+    session_id: str | None = None,
 ) -> None:
     """Chat with `starting_agent` in the terminal until end of input (Ctrl-D) or Ctrl-C.
 
@@ -123,10 +127,20 @@ def run_demo_loop(
     when None, or any object with Swarm's `run` (a `DurableSwarm`, a `Swarm` with a test client).
     `input_fn` reads a line given a prompt; None means the builtin `input` (looked up at each
     call, so a patched `builtins.input` is used too).
+
+    With a `DurableSwarm` and a `session_id`, the whole conversation is one durable run that
+    waits for each of your lines (`REVERT_TO_USER`): kill the REPL at any point, start it again
+    with the same `session_id`, and the conversation continues where it was, its history shown.
     """
     if swarm is None:
         swarm = Swarm()
     print("Starting Swarm CLI 🐝")
+    if session_id is not None:
+        try:
+            _durable_session(swarm, starting_agent, context_variables, session_id, input_fn)
+        except (EOFError, KeyboardInterrupt):
+            print()
+        return
     messages: list[dict[str, Any]] = []
     agent = starting_agent
     context = dict(context_variables or {})
@@ -153,3 +167,78 @@ def run_demo_loop(
             context = dict(response.context_variables)
     except (EOFError, KeyboardInterrupt):
         print()
+
+
+_WAITING = ("waiting_for_input", "waiting_for_approval")
+_POLL_SECONDS = 0.05
+
+
+def _read(input_fn: Callable[[str], str] | None, prompt: str) -> str:
+    return input_fn(prompt) if input_fn else builtins.input(prompt)
+
+
+def _print_history(messages: list[dict[str, Any]]) -> None:
+    for message in messages:
+        if message.get("role") == "user":
+            print(f"User: {message.get('content') or ''}")
+        else:
+            pretty_print_messages([message])
+
+
+def _settle(swarm: Any, session_id: str, after: int) -> Any:
+    """Wait until the run has more than `after` messages and waits for the person, or ended."""
+    while True:
+        info = swarm.get_run(session_id)
+        if info.status in _WAITING and len(info.messages) > after:
+            return info
+        if info.status in ("succeeded", "failed", "cancelled"):
+            return info
+        time.sleep(_POLL_SECONDS)
+
+
+def _durable_session(
+    swarm: Any,
+    agent: Any,
+    context_variables: dict[str, Any] | None,
+    session_id: str,
+    input_fn: Callable[[str], str] | None,
+) -> None:
+    """The REPL as one durable run that waits for the person after every answer."""
+    if not hasattr(swarm, "send_input"):
+        raise TypeError("session_id needs a DurableSwarm (pass swarm=DurableSwarm(...)).")
+    try:
+        info = swarm.get_run(session_id)
+    except RunNotFoundError:
+        line = _read(input_fn, "User: ")
+        swarm.start(
+            agent,
+            [{"role": "user", "content": line}],
+            context_variables,
+            run_id=session_id,
+            after_work=AfterWork(AfterWorkOption.REVERT_TO_USER),
+        )
+        shown = after = 1
+    else:
+        print(f"(resuming session {session_id}: {info.status})")
+        _print_history(info.messages)
+        shown = len(info.messages)
+        after = shown - 1
+    while True:
+        info = _settle(swarm, session_id, after)
+        pretty_print_messages(info.messages[shown:])
+        shown = len(info.messages)
+        if info.status == "waiting_for_approval":
+            call = info.waiting_for["tool_call"]
+            answer = _read(input_fn, f"Approve {_tool_call_line(call)}? [y/N] ")
+            if answer.strip().lower() in ("y", "yes"):
+                swarm.approve(session_id, call["id"])
+            else:
+                swarm.reject(session_id, call["id"], message="The user said no.")
+            after = shown
+            continue
+        if info.status != "waiting_for_input":
+            print(f"(session {session_id} {info.status}{': ' + info.error if info.error else ''})")
+            return
+        swarm.send_input(session_id, _read(input_fn, "User: "))
+        shown += 1  # the line just typed
+        after = shown
