@@ -22,5 +22,3 @@ def run_coroutine(awaitable: Awaitable[T]) -> T:
         return asyncio.run(_await())
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, _await()).result()
-
-

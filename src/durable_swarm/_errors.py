@@ -29,6 +29,8 @@ class DurableSwarmError(Exception):
 class AgentNotFoundError(DurableSwarmError):
     """A run names an agent that no code in this process has created."""
 
+    run_id: str | None
+
     def __init__(self, name: str, *, run_id: str | None = None, message: str | None = None):
         where = f" by run {run_id!r}" if run_id else ""
         super().__init__(
@@ -47,6 +49,9 @@ class AgentNotFoundError(DurableSwarmError):
 class ModelResponseError(DurableSwarmError):
     """The model endpoint answered with something that is not a usable chat completion."""
 
+    agent: str | None
+    run_id: str | None
+
     def __init__(self, message: str, *, agent: str | None = None, run_id: str | None = None):
         super().__init__(message, agent=agent, run_id=run_id)
 
@@ -56,6 +61,8 @@ class ModelResponseError(DurableSwarmError):
 
 class RunNotFoundError(DurableSwarmError, KeyError):
     """No run with this id exists in the database."""
+
+    run_id: str
 
     def __init__(self, run_id: str, *, message: str | None = None):
         super().__init__(
@@ -75,6 +82,10 @@ class RunNotFoundError(DurableSwarmError, KeyError):
 class ToolResultNotSerializableError(DurableSwarmError, TypeError):
     """A tool returned (or left in context_variables) a value that cannot be stored as JSON."""
 
+    tool: str
+    detail: str
+    run_id: str | None
+
     def __init__(self, tool: str, detail: str, *, run_id: str | None = None):
         super().__init__(
             f"Tool {tool!r} in run {run_id or '?'} produced a value that cannot be stored as "
@@ -91,6 +102,9 @@ class ToolResultNotSerializableError(DurableSwarmError, TypeError):
 
 class DatabaseUnavailableError(DurableSwarmError, ConnectionError):
     """The run database cannot be reached or opened."""
+
+    url: str
+    cause: str
 
     def __init__(self, url: str, cause: str):
         super().__init__(

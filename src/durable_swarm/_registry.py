@@ -32,9 +32,9 @@ def fingerprint(agent: Any) -> str:
     definition = {
         "name": agent.name,
         "model": agent.model,
-        "instructions": instructions if isinstance(instructions, str) else _callable_name(
-            instructions
-        ),
+        "instructions": instructions
+        if isinstance(instructions, str)
+        else _callable_name(instructions),
         "functions": [getattr(f, "__name__", repr(f)) for f in agent.functions],
     }
     raw = json.dumps(definition, sort_keys=True).encode()
