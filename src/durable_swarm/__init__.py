@@ -27,6 +27,7 @@ from .handoffs import (
 )
 from .human import AskUser, ask_user
 from .swarm import Swarm
+from .toolkit import FileTools, Skill, skill, tool
 from .types import Agent, Response, Result, SwarmAgent, SwarmResult
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "DatabaseUnavailableError",
     "DurableSwarm",
     "DurableSwarmError",
+    "FileTools",
     "JsonSerializer",
     "ModelResponseError",
     "OnCondition",
@@ -53,6 +55,7 @@ __all__ = [
     "RunHandle",
     "RunInfo",
     "RunNotFoundError",
+    "Skill",
     "Swarm",
     "SwarmAgent",
     "SwarmResult",
@@ -60,4 +63,6 @@ __all__ = [
     "UpdateSystemMessage",
     "ask_user",
     "initiate_swarm_chat",
+    "skill",
+    "tool",
 ]

@@ -36,6 +36,7 @@ def fingerprint(agent: Any) -> str:
         if isinstance(instructions, str)
         else _callable_name(instructions),
         "functions": [getattr(f, "__name__", repr(f)) for f in agent.functions],
+        "skills": [getattr(s, "name", repr(s)) for s in getattr(agent, "skills", None) or []],
     }
     raw = json.dumps(definition, sort_keys=True).encode()
     return hashlib.sha256(raw).hexdigest()[:16]

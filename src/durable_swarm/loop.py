@@ -56,13 +56,17 @@ class ModelCall:
 
 @dataclass
 class ToolCall:
-    """Effect: run one tool call of the assistant's message against the run's context."""
+    """Effect: run one tool call of the assistant's message against the run's context.
+
+    `batch` holds every call of the message with its function, so a runtime may start the
+    sub-agents of a message together (fan-out) and join them in order."""
 
     agent: Any
     call: dict[str, Any]
     function: Callable[..., Any] | None
     context_variables: dict[str, Any] = field(default_factory=dict)
     debug: bool = False
+    batch: list[tuple[dict[str, Any], Callable[..., Any] | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -121,7 +125,7 @@ def agent_functions(agent: Any, context: dict[str, Any]) -> list[Callable[..., A
     if skills:
         from .toolkit import skill_tools
 
-        functions += skill_tools(skills)
+        functions += skill_tools(skills, functions)
     functions += [
         rule.transfer_function()
         for rule in _rules(agent, OnCondition)
@@ -217,15 +221,17 @@ def _run_tools(
 ) -> Generator[Effect, Any, tuple[Any, str]]:
     """Run the message's tool calls in order; return the last handoff: (target, tool name)."""
     functions = {tool_name(f): f for f in agent_functions(state.agent, state.context)}
+    batch = [(call, functions.get(call["function"]["name"])) for call in calls]
     target: tuple[Any, str] = (None, "")
-    for call in calls:
-        function = functions.get(call["function"]["name"])
+    for call, function in batch:
         if function is not None and tool_spec(function).needs_approval:
             decision = Decision.from_json((yield WaitForInput("approval", state.agent, call=call)))
             if not decision.approved:
                 state.history.append(tool_message(call, decision.tool_message(call)))
                 continue
-        outcome: ToolOutcome = yield ToolCall(state.agent, call, function, state.context, debug)
+        outcome: ToolOutcome = yield ToolCall(
+            state.agent, call, function, state.context, debug, batch
+        )
         message = outcome.message
         if outcome.ask is not None:
             answer = yield WaitForInput("input", state.agent, prompt=outcome.ask, call=call)

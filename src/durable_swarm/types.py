@@ -67,6 +67,10 @@ class Agent(BaseModel):
         return items
 
     def model_post_init(self, __context: Any) -> None:
+        if self.skills:
+            from .toolkit import skill_tools
+
+            skill_tools(self.skills, self.functions)  # tool-name clashes fail here, not mid-run
         _registry.register(self)
 
     def register_hand_off(self, hand_to: Any) -> None:
@@ -77,6 +81,13 @@ class Agent(BaseModel):
         conditions, after_work = split_handoffs(hand_to)
         kept = [h for h in self.handoffs if not (after_work and isinstance(h, AfterWork))]
         self.handoffs = [*kept, *conditions, *([after_work] if after_work else [])]
+
+    def as_tool(self, name: str | None = None, description: str | None = None) -> Any:
+        """This agent as a tool for another agent: `delegate_to_<name>(task)` runs it on the
+        task as a sub-agent (a child workflow in durable runs) and returns its answer."""
+        from .subagents import delegation
+
+        return delegation(self, name, description)
 
 
 class SwarmAgent(Agent):
