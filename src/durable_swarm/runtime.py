@@ -14,8 +14,16 @@ from typing import Any
 
 from . import model
 from .human import Decision
-from .loop import Loop, ModelCall, ToolCall, Transition, WaitForInput
-from .tools import ToolOutcome, execute_tool, execute_tool_async, unknown_tool
+from .loop import Loop, ModelCall, ToolCall, Transition, WaitForInput, turn_loop
+from .subagents import delegation_task, final_answer, is_delegation
+from .tools import (
+    ToolOutcome,
+    execute_tool,
+    execute_tool_async,
+    tool_message,
+    tool_spec,
+    unknown_tool,
+)
 from .types import Response
 from .util import debug_print
 
@@ -91,6 +99,8 @@ class InMemoryRuntime:
         _debug_tool(effect)
         if effect.function is None:
             return unknown_tool(effect.call, effect.context_variables)
+        if is_delegation(effect.function):
+            return self._delegate(effect, effect.function)
         return execute_tool(effect.function, effect.call, effect.context_variables)
 
     async def acall_tool(self, effect: ToolCall) -> ToolOutcome:
@@ -98,7 +108,19 @@ class InMemoryRuntime:
         _debug_tool(effect)
         if effect.function is None:
             return unknown_tool(effect.call, effect.context_variables)
+        if is_delegation(effect.function):
+            return await asyncio.to_thread(self._delegate, effect, effect.function)
         return await execute_tool_async(effect.function, effect.call, effect.context_variables)
+
+    def _delegate(self, effect: ToolCall, function: Callable[..., Any]) -> ToolOutcome:
+        """Run a sub-agent on its task with this runtime's client, in memory."""
+        task, error = delegation_task(function, effect.call)
+        if error is not None or task is None:
+            return ToolOutcome(error or {}, effect.context_variables)
+        child = InMemoryRuntime(self.client, self.input_fn, self.approve_fn)
+        loop = turn_loop(tool_spec(function).delegate, [{"role": "user", "content": task}])
+        answer = final_answer(drive(loop, child).messages)
+        return ToolOutcome(tool_message(effect.call, answer), effect.context_variables)
 
 
 def _debug_tool(effect: ToolCall) -> None:

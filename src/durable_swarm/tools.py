@@ -87,6 +87,9 @@ class ToolSpec:
         timeout: seconds a call may take before it becomes an error message for the model.
         retries: how many more times a call that raised is tried before it becomes an error.
         needs_approval: the run pauses before each call until a person approves or rejects it.
+        delegate: an agent this tool hands a task to as a sub-agent (see `Agent.as_tool`): it
+            runs as a run of its own (a child workflow in durable runs) and its answer is the
+            tool's result.
     """
 
     name: str | None = None
@@ -94,6 +97,7 @@ class ToolSpec:
     timeout: float | None = None
     retries: int = 0
     needs_approval: bool = False
+    delegate: Any = None
 
 
 TOOL_SPEC_ATTR = "__durable_swarm_tool__"
@@ -245,7 +249,7 @@ def _arguments_model(func: Callable[..., Any]) -> tuple[type[BaseModel], bool]:
     return create_model(f"{tool_name(func)}_arguments", __config__=config, **fields), var_kw
 
 
-def _parse_arguments(func: Callable[..., Any], raw: str) -> dict[str, Any]:
+def parse_arguments(func: Callable[..., Any], raw: str) -> dict[str, Any]:
     """Check the model's JSON `raw` against `func`'s signature; raise ValueError if it won't do."""
     try:
         args = json.loads(raw) if raw and raw.strip() else {}
@@ -322,7 +326,7 @@ def _prepare(
 ) -> dict[str, Any] | ToolOutcome:
     """The keyword arguments for `func`, or the error outcome the model reads instead."""
     try:
-        args = _parse_arguments(func, call["function"].get("arguments") or "")
+        args = parse_arguments(func, call["function"].get("arguments") or "")
     except ValueError as e:
         name = call["function"]["name"]
         text = f"Error: invalid arguments for tool {name}: {e}. Call it again with valid arguments."

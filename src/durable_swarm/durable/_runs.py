@@ -13,7 +13,7 @@ from typing import Any
 from dbos import DBOS
 
 from .._errors import RunNotFoundError
-from ._workflow import WAITING_EVENT
+from ._workflow import WAITING_EVENT, WORKFLOW_NAME
 
 __all__ = ["RunInfo", "StepRecord", "read_run", "run_status", "summarize"]
 
@@ -38,7 +38,12 @@ _DBOS_STATUS = {
 
 @dataclass
 class StepRecord:
-    """One checkpoint of a run: a model call, a tool call, a wait, or a DBOS bookkeeping step."""
+    """One checkpoint of a run.
+
+    `kind` is `model`, `tool`, `handoff`, `wait` (a person's answer or decision), `subagent` (a
+    child run started; `child_run_id` names it), `join` (its result read), or DBOS bookkeeping
+    (`event`, `timer`, `stream`, `dbos`). `output` is the step's recorded JSON output.
+    """
 
     step: int
     kind: str
@@ -47,6 +52,7 @@ class StepRecord:
     error: str | None = None
     started_at: datetime | None = None
     completed_at: datetime | None = None
+    child_run_id: str | None = None
 
     @property
     def duration_ms(self) -> float | None:
@@ -80,7 +86,13 @@ class RunInfo:
     decisions: list[dict[str, Any]] = field(default_factory=list)
     input_messages: int = 0
     forked_from: str | None = None
+    parent: str | None = None
     problem: str | None = None
+
+    @property
+    def children(self) -> list[str]:
+        """The run ids of this run's sub-agents, in the order they were started."""
+        return list(dict.fromkeys(s.child_run_id for s in self.steps if s.child_run_id))
 
     @property
     def new_messages(self) -> list[dict[str, Any]]:
@@ -127,21 +139,37 @@ def summarize(status: Any, waiting: dict[str, Any] | None = None) -> RunInfo:
         created_at=_time(status.created_at),
         updated_at=_time(status.updated_at),
         forked_from=status.forked_from,
+        parent=spec.get("parent"),
         input_messages=len(spec.get("messages") or []),
     )
 
 
+# DBOS's own operations, by what they mean in a run.
+_DBOS_KINDS = {
+    "DBOS.recv": "wait",
+    "DBOS.sleep": "timer",
+    "DBOS.setEvent": "event",
+    "DBOS.getResult": "join",
+    "DBOS.writeStream": "stream",
+    "DBOS.closeStream": "stream",
+    WORKFLOW_NAME: "subagent",
+}
+
+
 def _step_record(step: Any) -> StepRecord:
     name = step["function_name"]
-    kind = name.split(":", 1)[0] if ":" in name else "dbos"
+    kind, _, short = (
+        name.partition(":") if ":" in name else (_DBOS_KINDS.get(name, "dbos"), "", name)
+    )
     return StepRecord(
         step=step["function_id"],
         kind=kind,
-        name=name.split(":", 1)[1] if ":" in name else name,
+        name=short,
         output=step["output"],
         error=_error_text(step["error"]),
         started_at=_time(step["started_at_epoch_ms"]),
         completed_at=_time(step["completed_at_epoch_ms"]),
+        child_run_id=step.get("child_workflow_id"),
     )
 
 
@@ -169,7 +197,7 @@ def read_run(run_id: str) -> RunInfo:
         if step.kind == "handoff":
             info.transitions.append(out)
             agent = out.get("target") or agent
-        if step.kind == "dbos" and step.name == "DBOS.recv" and isinstance(out, dict):
+        if step.kind == "wait" and isinstance(out, dict):
             if "text" in out and asked is not None:
                 asked["content"], asked = out["text"], None
             elif "text" in out:

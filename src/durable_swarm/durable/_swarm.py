@@ -453,9 +453,11 @@ class DurableSwarm:
     # --- steering runs -------------------------------------------------------------------
 
     def cancel(self, run_id: str) -> None:
-        """Cancel a run: it stops at its next step and its status becomes `cancelled`."""
-        self.get_run(run_id)
+        """Cancel a run and its sub-agents: they stop at their next step, status `cancelled`."""
+        info = self.get_run(run_id)
         DBOS.cancel_workflow(run_id)
+        for child in info.children:
+            self.cancel(child)
 
     def resume(self, run_id: str) -> RunHandle:
         """Continue a `cancelled` or `failed` run from its last finished step.

@@ -17,7 +17,7 @@ import math
 import uuid
 from typing import Any
 
-from dbos import DBOS, StepOptions
+from dbos import DBOS, SetWorkflowID, StepOptions
 
 from .. import _registry, model
 from .._errors import AgentNotFoundError, DurableSwarmError, ToolResultNotSerializableError
@@ -25,7 +25,15 @@ from ..handoffs import AfterWork, AfterWorkOption
 from ..human import arguments_digest
 from ..loop import ModelCall, ToolCall, Transition, WaitForInput, turn_loop
 from ..runtime import adrive
-from ..tools import ToolOutcome, execute_tool_async, is_agent, unknown_tool
+from ..subagents import delegation_task, final_answer, is_delegation
+from ..tools import (
+    ToolOutcome,
+    execute_tool_async,
+    is_agent,
+    tool_message,
+    tool_spec,
+    unknown_tool,
+)
 
 logger = logging.getLogger("durable_swarm")
 
@@ -120,6 +128,9 @@ class DurableRuntime:
     def __init__(self, run_id: str, stream: bool) -> None:
         self.run_id = run_id
         self.stream = stream
+        # id(call) -> child handle or error message; calls live in the history, so ids stay unique
+        self._children: dict[int, Any] = {}
+        self._child_count = 0
 
     async def acall_model(self, effect: ModelCall) -> dict[str, Any]:
         sender = effect.agent.name
@@ -205,6 +216,8 @@ class DurableRuntime:
         name = effect.call["function"]["name"]
         if effect.function is None:
             return unknown_tool(effect.call, effect.context_variables)
+        if is_delegation(effect.function):
+            return await self._delegate(effect)
         function = effect.function
 
         async def tool_step() -> dict[str, Any]:
@@ -228,6 +241,39 @@ class DurableRuntime:
         return ToolOutcome(
             output["message"], output["context_variables"], target, output.get("ask")
         )
+
+    async def _start_children(self, effect: ToolCall) -> None:
+        """Start, in call order, every sub-agent of the message not started yet (fan-out)."""
+        for call, function in effect.batch:
+            if function is None or not is_delegation(function) or id(call) in self._children:
+                continue
+            task, error = delegation_task(function, call)
+            if error is not None or task is None:
+                self._children[id(call)] = error
+                continue
+            self._child_count += 1
+            child_id = f"{self.run_id}-sub{self._child_count}"
+            delegate = tool_spec(function).delegate
+            HOST.remember(child_id, delegate)
+            HOST.clients.setdefault(child_id, HOST.client_for(self.run_id))
+            spec = {
+                "agent": agent_ref(delegate),
+                "messages": [{"role": "user", "content": task}],
+                "context_variables": {},
+                "parent": self.run_id,
+            }
+            with SetWorkflowID(child_id):
+                self._children[id(call)] = await DBOS.start_workflow_async(run_workflow, spec)
+
+    async def _delegate(self, effect: ToolCall) -> ToolOutcome:
+        """A sub-agent call: a child workflow, joined here (see `durable_swarm.subagents`)."""
+        await self._start_children(effect)
+        child = self._children[id(effect.call)]
+        if isinstance(child, dict):
+            return ToolOutcome(child, effect.context_variables)
+        output = await child.get_result()
+        answer = final_answer(output.get("messages") or [])
+        return ToolOutcome(tool_message(effect.call, answer), effect.context_variables)
 
 
 def encode_target(target: Any) -> dict[str, Any] | None:
