@@ -21,22 +21,43 @@ from .util import merge_chunk
 __all__ = ["StreamAssembler", "acreate", "completion_message", "create", "usage_of"]
 
 
-def create(client: Any, request: dict[str, Any]) -> Any:
+def _not_json(error: ValueError, sender: str | None, run_id: str | None) -> ModelResponseError:
+    who = f" for agent {sender!r}" if sender else ""
+    where = f" in run {run_id!r}" if run_id else ""
+    return ModelResponseError(
+        f"The model endpoint answered{who}{where} with a body that is not valid JSON ({error}). "
+        "Check that the endpoint (OPENAI_BASE_URL) speaks the OpenAI Chat Completions API.",
+        agent=sender,
+        run_id=run_id,
+    )
+
+
+def create(
+    client: Any, request: dict[str, Any], *, sender: str | None = None, run_id: str | None = None
+) -> Any:
     """Call the client synchronously (an async client's coroutine is run to completion)."""
-    result = client.chat.completions.create(**request)
-    if inspect.isawaitable(result):
-        result = run_coroutine(result)
+    try:
+        result = client.chat.completions.create(**request)
+        if inspect.isawaitable(result):
+            result = run_coroutine(result)
+    except json.JSONDecodeError as e:
+        raise _not_json(e, sender, run_id) from e
     return result
 
 
-async def acreate(client: Any, request: dict[str, Any]) -> Any:
+async def acreate(
+    client: Any, request: dict[str, Any], *, sender: str | None = None, run_id: str | None = None
+) -> Any:
     """Call the client from async code; a synchronous client runs in a worker thread."""
     create_fn = client.chat.completions.create
-    if inspect.iscoroutinefunction(create_fn):
-        return await create_fn(**request)
-    result = await asyncio.to_thread(create_fn, **request)
-    if inspect.isawaitable(result):
-        result = await result
+    try:
+        if inspect.iscoroutinefunction(create_fn):
+            return await create_fn(**request)
+        result = await asyncio.to_thread(create_fn, **request)
+        if inspect.isawaitable(result):
+            result = await result
+    except json.JSONDecodeError as e:
+        raise _not_json(e, sender, run_id) from e
     return result
 
 
@@ -115,19 +136,29 @@ class StreamAssembler:
         return message
 
 
-def stream_chunks(client: Any, request: dict[str, Any]) -> Iterator[Any]:
+def stream_chunks(
+    client: Any, request: dict[str, Any], *, sender: str | None = None
+) -> Iterator[Any]:
     """The chunks of a streamed completion (synchronous)."""
-    return iter(create(client, request))
+    try:
+        yield from create(client, request, sender=sender)
+    except json.JSONDecodeError as e:
+        raise _not_json(e, sender, None) from e
 
 
-async def astream_chunks(client: Any, request: dict[str, Any]) -> AsyncIterator[Any]:
+async def astream_chunks(
+    client: Any, request: dict[str, Any], *, sender: str | None = None, run_id: str | None = None
+) -> AsyncIterator[Any]:
     """The chunks of a streamed completion (asynchronous; sync clients iterate in a thread)."""
-    stream = await acreate(client, request)
-    if hasattr(stream, "__aiter__"):
-        async for chunk in stream:
+    stream = await acreate(client, request, sender=sender, run_id=run_id)
+    try:
+        if hasattr(stream, "__aiter__"):
+            async for chunk in stream:
+                yield chunk
+            return
+        iterator = iter(stream)
+        done = object()
+        while (chunk := await asyncio.to_thread(next, iterator, done)) is not done:
             yield chunk
-        return
-    iterator = iter(stream)
-    done = object()
-    while (chunk := await asyncio.to_thread(next, iterator, done)) is not done:
-        yield chunk
+    except json.JSONDecodeError as e:
+        raise _not_json(e, sender, run_id) from e

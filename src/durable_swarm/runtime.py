@@ -78,21 +78,23 @@ class InMemoryRuntime:
 
     def call_model(self, effect: ModelCall) -> dict[str, Any]:
         """One model call; returns the assistant message dict."""
-        completion = model.create(self.client, effect.request)
-        return model.completion_message(completion, effect.agent.name)
+        sender = effect.agent.name
+        completion = model.create(self.client, effect.request, sender=sender)
+        return model.completion_message(completion, sender)
 
     async def acall_model(self, effect: ModelCall) -> dict[str, Any]:
         """`call_model` for async code."""
-        completion = await model.acreate(self.client, effect.request)
-        return model.completion_message(completion, effect.agent.name)
+        sender = effect.agent.name
+        completion = await model.acreate(self.client, effect.request, sender=sender)
+        return model.completion_message(completion, sender)
 
     def chunks(self, effect: ModelCall) -> Iterator[Any]:
         """The chunks of a streamed model call."""
-        return model.stream_chunks(self.client, effect.request)
+        return model.stream_chunks(self.client, effect.request, sender=effect.agent.name)
 
     def achunks(self, effect: ModelCall) -> AsyncIterator[Any]:
         """`chunks` for async code."""
-        return model.astream_chunks(self.client, effect.request)
+        return model.astream_chunks(self.client, effect.request, sender=effect.agent.name)
 
     def call_tool(self, effect: ToolCall) -> ToolOutcome:
         """One tool call; model mistakes come back as an error message, never an exception."""

@@ -139,7 +139,9 @@ class DurableRuntime:
         async def model_step() -> dict[str, Any]:
             if effect.request.get("stream"):
                 return await self._streamed(client, effect)
-            completion = await model.acreate(client, effect.request)
+            completion = await model.acreate(
+                client, effect.request, sender=sender, run_id=self.run_id
+            )
             message = model.completion_message(completion, sender, run_id=self.run_id)
             return {"message": message, "usage": model.usage_of(completion)}
 
@@ -165,7 +167,10 @@ class DurableRuntime:
             await DBOS.write_stream_async(EVENTS_STREAM, item)
 
         await publish({"delim": "start"})
-        async for chunk in model.astream_chunks(client, effect.request):
+        chunks = model.astream_chunks(
+            client, effect.request, sender=effect.agent.name, run_id=self.run_id
+        )
+        async for chunk in chunks:
             if (event := assembler.feed(chunk)) is not None:
                 await publish(event)
         await publish({"delim": "end"})
