@@ -67,9 +67,9 @@ class RunHandle:
     def result(self) -> Response:
         """Wait for the run to finish and return its `Response` (raises the run's error)."""
         handle = self._handle or DBOS.retrieve_workflow(self.run_id)
-        output = handle.get_result()
+        response = _response(self.run_id, handle.get_result())
         HOST.forget(self.run_id)
-        return _response(self.run_id, output)
+        return response
 
     async def aresult(self) -> Response:
         """`result` for async code."""
@@ -77,8 +77,9 @@ class RunHandle:
         output: Any = handle.get_result()
         if inspect.isawaitable(output):
             output = await output
+        response = _response(self.run_id, output)
         HOST.forget(self.run_id)
-        return _response(self.run_id, output)
+        return response
 
     def info(self) -> RunInfo:
         """The run as its log tells it now (see `DurableSwarm.get_run`)."""
@@ -174,7 +175,7 @@ class DurableSwarm:
         self.launch()
         run_id = run_id or str(uuid.uuid4())
         if self.client:
-            HOST.clients[run_id] = self.client
+            HOST.set_client(run_id, self.client)
         for known in (agent, *agents):
             HOST.remember(run_id, known)
         spec = {

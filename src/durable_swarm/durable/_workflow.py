@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import uuid
+from collections import OrderedDict
 from typing import Any
 
 from dbos import DBOS, SetWorkflowID, StepOptions
@@ -50,13 +51,24 @@ def agent_ref(agent: Any) -> dict[str, str]:
 
 
 class RunHost:
-    """What a run needs from the process it runs in: the model client and the live agents."""
+    """What a run needs from the process it runs in: the model client and the live agents.
+
+    Entries are dropped when a run's result is read, and the oldest go first past `LIMIT` runs,
+    so a long-lived process does not grow without bound.
+    """
+
+    LIMIT = 10_000
 
     def __init__(self) -> None:
-        self.clients: dict[str, Any] = {}
-        self.live_agents: dict[str, dict[str, Any]] = {}
+        self.clients: OrderedDict[str, Any] = OrderedDict()
+        self.live_agents: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.default_client: Any = None
         self.problems: dict[str, str] = {}
+
+    def set_client(self, run_id: str, client: Any) -> None:
+        self.clients[run_id] = client
+        while len(self.clients) > self.LIMIT:
+            self.clients.popitem(last=False)
 
     def client_for(self, run_id: str) -> Any:
         client = self.clients.get(run_id) or self.default_client
@@ -68,9 +80,12 @@ class RunHost:
 
     def remember(self, run_id: str, agent: Any) -> None:
         self.live_agents.setdefault(run_id, {})[agent.name] = agent
+        while len(self.live_agents) > self.LIMIT:
+            self.live_agents.popitem(last=False)
 
     def forget(self, run_id: str) -> None:
         self.clients.pop(run_id, None)
+        self.live_agents.pop(run_id, None)
         self.problems.pop(run_id, None)
 
     def lookup(self, run_id: str, ref: dict[str, Any]) -> Any:
@@ -260,7 +275,7 @@ class DurableRuntime:
             child_id = f"{self.run_id}-sub{self._child_count}"
             delegate = tool_spec(function).delegate
             HOST.remember(child_id, delegate)
-            HOST.clients.setdefault(child_id, HOST.client_for(self.run_id))
+            HOST.set_client(child_id, HOST.client_for(self.run_id))
             spec = {
                 "agent": agent_ref(delegate),
                 "messages": [{"role": "user", "content": task}],
