@@ -1,18 +1,27 @@
-"""Durable runs on DBOS: `DurableSwarm`, run handles and run records."""
+"""Durable runs on DBOS: `DurableSwarm`, run handles and run records; workers and thin clients."""
 
+from ._client import DEFAULT_QUEUE, ClientRunHandle, DurableClient
 from ._dbos import resolve_database_url, shutdown
 from ._runs import RunInfo, StepRecord
 from ._serializer import SCHEMA_VERSION, JsonSerializer, RunError
 from ._swarm import DurableSwarm, RunHandle
+from ._worker import DEFAULT_CONCURRENCY, WORKERS_TABLE, Worker, run_worker
 
 __all__ = [
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_QUEUE",
     "SCHEMA_VERSION",
+    "WORKERS_TABLE",
+    "ClientRunHandle",
+    "DurableClient",
     "DurableSwarm",
     "JsonSerializer",
     "RunError",
     "RunHandle",
     "RunInfo",
     "StepRecord",
+    "Worker",
     "resolve_database_url",
+    "run_worker",
     "shutdown",
 ]

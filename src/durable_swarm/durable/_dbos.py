@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,17 +88,31 @@ def _config(url: str, executor_id: str | None, poll_interval: float) -> dict[str
 
 
 def ensure_launched(
-    database_url: str, *, executor_id: str | None = None, poll_interval: float = 0.1
+    database_url: str,
+    *,
+    executor_id: str | None = None,
+    poll_interval: float = 0.1,
+    queues: Sequence[str] | None = None,
 ) -> None:
     """Launch DBOS on `database_url` unless it already runs in this process.
 
     An app that configured and launched DBOS itself keeps its own DBOS (durable runs then live in
     the app's database). Launching twice on different databases is refused with a clear error.
     Pending runs of this database are recovered at launch (by DBOS).
+
+    `queues` (a worker) makes this process take queued runs only from those queues (DBOS's
+    internal queue, which carries recovered runs, always included); it needs a DBOS that is not
+    launched yet.
     """
     global _launched_url, _owned
     with _lock:
         if is_launched():
+            if queues is not None:
+                raise DurableSwarmError(
+                    f"DBOS is already launched in this process, so it cannot be limited to the "
+                    f"queues {list(queues)!r}. Start the worker before anything launches DBOS "
+                    "(no DurableSwarm.run/launch at import time of the worker's module)."
+                )
             if _owned and _launched_url != database_url:
                 raise DurableSwarmError(
                     f"DBOS already runs on {_launched_url!r} in this process; a DurableSwarm on "
@@ -109,6 +124,8 @@ def ensure_launched(
             config = _config(database_url, executor_id, poll_interval)
             DBOS(config=config)  # type: ignore[arg-type]
             _owned = True
+        if queues is not None:
+            DBOS.listen_queues(list(queues))
         try:
             DBOS.launch()
         except Exception as e:

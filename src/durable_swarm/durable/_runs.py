@@ -173,16 +173,20 @@ def _step_record(step: Any) -> StepRecord:
     )
 
 
-def read_run(run_id: str) -> RunInfo:
-    """The whole run: status plus the messages, context and agent rebuilt from its steps."""
-    status = DBOS.get_workflow_status(run_id)
+def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
+    """The whole run: status plus the messages, context and agent rebuilt from its steps.
+
+    `source` reads the log: DBOS in a process that launched it, or any object with DBOS's
+    `get_workflow_status`, `get_all_events` and `list_workflow_steps` (a thin client's adapter).
+    """
+    status = source.get_workflow_status(run_id)
     if status is None:
         raise RunNotFoundError(run_id)
-    events = DBOS.get_all_events(run_id)
+    events = source.get_all_events(run_id)
     waiting = events.get(WAITING_EVENT) or None
     info = summarize(status, waiting)
     spec = _spec(status)
-    info.steps = [_step_record(s) for s in DBOS.list_workflow_steps(run_id)]
+    info.steps = [_step_record(s) for s in source.list_workflow_steps(run_id)]
     messages = list(spec.get("messages") or [])
     context = dict(spec.get("context_variables") or {})
     agent = (spec.get("agent") or {}).get("name")

@@ -1,0 +1,323 @@
+"""`DurableClient`: start and follow durable runs from a process that has none of the agents' code.
+
+A thin client talks only to the run database (through DBOS's `DBOSClient` and this library's JSON
+serializer). It enqueues a run of the `durable_swarm.run` workflow by agent *name* on a queue that
+workers serve (`durable-swarm worker module:app --queue NAME`), then reads the run's result, its
+event stream and its log, and answers the person-in-the-loop waits, exactly as `DurableSwarm`
+does in the process that runs the agents. Nothing here imports agent or tool code, so a web
+front end or a script can drive runs that only the workers can execute.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from dbos import DBOSClient, EnqueueOptions
+
+from .._errors import DatabaseUnavailableError, DurableSwarmError, RunNotFoundError
+from ..types import Response
+from . import _dbos
+from ._runs import RunInfo, read_run
+from ._serializer import JsonSerializer
+from ._workflow import EVENTS_STREAM, WAITING_EVENT, WORKFLOW_NAME
+
+__all__ = ["DEFAULT_QUEUE", "ClientRunHandle", "DurableClient"]
+
+DEFAULT_QUEUE = "durable_swarm"
+_FINISHED = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def _connect(url: str) -> DBOSClient:
+    """A `DBOSClient` on an existing run database, or `DatabaseUnavailableError`."""
+    if url.startswith("sqlite:///"):
+        path = Path(url[len("sqlite:///") :])
+        if not path.is_file():
+            raise DatabaseUnavailableError(
+                url,
+                "the SQLite file does not exist (nothing was created; a worker or a DurableSwarm "
+                "creates the database when it starts)",
+            )
+    try:
+        client = DBOSClient(
+            system_database_url=url,
+            serializer=JsonSerializer(),
+            application_name=_dbos.APP_NAME,
+            use_listen_notify=url.startswith("postgresql"),
+        )
+    except Exception as e:
+        raise DatabaseUnavailableError(url, _cause(e)) from e
+    try:
+        client.list_workflows(limit=1, load_input=False, load_output=False)
+    except Exception as e:
+        client.destroy()
+        raise DatabaseUnavailableError(
+            url,
+            f"it is not a run database yet ({_cause(e)}); start a worker (or any DurableSwarm) "
+            "on it first",
+        ) from e
+    return client
+
+
+def _cause(error: BaseException) -> str:
+    text = str(getattr(error, "orig", None) or error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+class _ClientLog:
+    """What `read_run` needs from DBOS, read through a `DBOSClient`."""
+
+    def __init__(self, client: DBOSClient) -> None:
+        self._client = client
+
+    def get_workflow_status(self, run_id: str) -> Any:
+        found = self._client.list_workflows(workflow_ids=[run_id])
+        return found[0] if found else None
+
+    def get_all_events(self, run_id: str) -> dict[str, Any]:
+        return {WAITING_EVENT: self._client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)}
+
+    def list_workflow_steps(self, run_id: str) -> list[Any]:
+        return list(self._client.list_workflow_steps(run_id))
+
+
+class ClientRunHandle:
+    """A run seen from a thin client: its id, result, event stream and log."""
+
+    def __init__(self, client: DurableClient, run_id: str) -> None:
+        self.run_id = run_id
+        self._client = client
+
+    def __repr__(self) -> str:
+        return f"ClientRunHandle(run_id={self.run_id!r})"
+
+    def result(self, timeout: float | None = None) -> Response:
+        """Wait for the run to finish and return its `Response` (raises the run's error).
+
+        `Response.agent` is the *name* of the agent the run ended on (this process has no agent
+        objects). With `timeout` (seconds), raises `TimeoutError` if the run is not finished by
+        then; the run itself goes on.
+        """
+        if timeout is not None:
+            deadline = time.monotonic() + timeout
+            while self._client._dbos_status(self.run_id).status not in _FINISHED:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"Run {self.run_id!r} did not finish within {timeout} s (it goes on; "
+                        "check get_run(run_id).status, and that a worker serves its queue)."
+                    )
+                time.sleep(self._client.poll_interval)
+        handle: Any = self._client._dbos.retrieve_workflow(self.run_id)
+        output = handle.get_result(polling_interval_sec=self._client.poll_interval)
+        ref = output.get("agent") or {}
+        return Response(
+            messages=output.get("messages") or [],
+            agent=ref.get("name"),
+            context_variables=output.get("context_variables") or {},
+        )
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        """The run's stream events from the start (Swarm's shapes, for runs started with
+        `stream=True`), then `{"response": Response}` once it finishes.
+
+        If a worker died in the middle of a streamed turn, that turn starts again with a new
+        `{"delim": "start"}` once another worker resumes the run.
+        """
+        items = self._client._dbos.read_stream(
+            self.run_id, EVENTS_STREAM, polling_interval_sec=self._client.poll_interval
+        )
+        for item in items:
+            if isinstance(item, dict) and "event" in item:
+                yield item["event"]
+        yield {"response": self.result()}
+
+    def info(self) -> RunInfo:
+        """The run as its log tells it now (see `DurableClient.get_run`)."""
+        return self._client.get_run(self.run_id)
+
+    @property
+    def status(self) -> str:
+        """The run's current status (`pending`, `waiting_for_input`, ..., `succeeded`)."""
+        return self.info().status
+
+
+class DurableClient:
+    """Starts and follows durable runs without importing any agent or tool code.
+
+    Runs are enqueued on a queue that workers serve (`durable-swarm worker module:app --queue
+    NAME`, or `durable_swarm.durable.run_worker`); the workers hold the agents, tools and model
+    client. This process only reads and writes the run database.
+
+    Args:
+        database_url: the run database the workers use, resolved like `DurableSwarm`'s (the
+            argument, else `DURABLE_SWARM_DATABASE_URL`, else `DBOS_SYSTEM_DATABASE_URL`, else
+            `durable_swarm.sqlite` in the working directory). It must already exist: a worker
+            creates it. Raises `DatabaseUnavailableError` when it cannot be opened.
+        poll_interval: how often (seconds) waiting for a result or for stream events polls the
+            database (on PostgreSQL stream reads are also woken by notifications).
+    """
+
+    def __init__(self, database_url: str | None = None, *, poll_interval: float = 0.1) -> None:
+        self.database_url = _dbos.resolve_database_url(database_url)
+        self.poll_interval = poll_interval
+        self._dbos = _connect(self.database_url)
+        self._log = _ClientLog(self._dbos)
+
+    def __repr__(self) -> str:
+        return f"DurableClient(database_url={self.database_url!r})"
+
+    def __enter__(self) -> DurableClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the database connections."""
+        self._dbos.destroy()
+
+    # --- starting runs -------------------------------------------------------------------
+
+    def start(
+        self,
+        agent: str,
+        messages: list[dict[str, Any]],
+        context_variables: dict[str, Any] | None = None,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        run_id: str | None = None,
+        model_override: str | None = None,
+        max_turns: int | None = None,
+        stream: bool = False,
+        debug: bool = False,
+        execute_tools: bool = True,
+    ) -> ClientRunHandle:
+        """Enqueue a run of the agent named `agent` on `queue`; returns its handle at once.
+
+        A worker serving `queue` picks the run up (it waits in the queue until one does). If no
+        worker has an agent of that name, the worker holding the run logs which module to import
+        and the run stays `pending`, losing nothing, until a worker that has the agent takes it
+        (cancel it with `cancel(run_id)` otherwise). With `run_id` of an existing run, attaches
+        to that run: it is never executed twice. `max_turns=None` means no limit; `stream=True`
+        makes the run publish its events (read them with `handle.events()`).
+        """
+        if not isinstance(agent, str) or not agent:
+            raise DurableSwarmError(
+                f"`agent` must be an agent's name (a non-empty str), not {agent!r}; a thin "
+                "client starts runs by name. Nothing was started."
+            )
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise DurableSwarmError(
+                "`messages` must be a list of message dicts like "
+                '{"role": "user", "content": "..."}; nothing was started.'
+            )
+        spec = {
+            "agent": {"name": agent, "fingerprint": None},
+            "messages": copy.deepcopy(messages),
+            "context_variables": copy.deepcopy(context_variables or {}),
+            "model_override": model_override,
+            "stream": stream,
+            "debug": debug,
+            "max_turns": max_turns,
+            "execute_tools": execute_tools,
+            "after_work": None,
+            "agents": [],
+        }
+        options: EnqueueOptions = {
+            "workflow_name": WORKFLOW_NAME,
+            "queue_name": queue,
+            "app_version": _dbos.APPLICATION_VERSION,
+        }
+        if run_id is not None:
+            options["workflow_id"] = run_id
+        handle: Any = self._dbos.enqueue(options, spec)
+        return ClientRunHandle(self, handle.get_workflow_id())
+
+    def handle(self, run_id: str) -> ClientRunHandle:
+        """A handle on an existing run (raises `RunNotFoundError` for an unknown id)."""
+        self._dbos_status(run_id)
+        return ClientRunHandle(self, run_id)
+
+    # --- looking at runs -----------------------------------------------------------------
+
+    def _dbos_status(self, run_id: str) -> Any:
+        status = self._log.get_workflow_status(run_id)
+        if status is None:
+            raise RunNotFoundError(run_id)
+        return status
+
+    def get_run(self, run_id: str) -> RunInfo:
+        """The run as its log tells it: status, current agent, messages, context, steps, and
+        what it waits for. Raises `RunNotFoundError` for an unknown id."""
+        return read_run(run_id, self._log)
+
+    # --- the person in the loop ----------------------------------------------------------
+
+    def _waiting(self, run_id: str, kind: str) -> dict[str, Any]:
+        info = self.get_run(run_id)
+        wanted = "waiting_for_input" if kind == "input" else "waiting_for_approval"
+        if info.status != wanted or not info.waiting_for:
+            raise DurableSwarmError(
+                f"Run {run_id!r} is not waiting for {kind} (its status is {info.status!r}); "
+                "nothing was sent. Check get_run(run_id).status and .waiting_for."
+            )
+        return info.waiting_for
+
+    def send_input(self, run_id: str, text: str, *, by: str | None = None) -> None:
+        """Answer the question a run waits on (`waiting_for_input`); the worker holding the run
+        resumes it."""
+        self._waiting(run_id, "input")
+        self._dbos.send(run_id, {"text": str(text), "by": by, "at": _now()}, topic="input")
+
+    def _decide(
+        self, run_id: str, tool_call_id: str, approved: bool, message: str | None, by: str | None
+    ) -> None:
+        waiting = self._waiting(run_id, "approval")
+        pending = (waiting.get("tool_call") or {}).get("id")
+        if pending != tool_call_id:
+            raise DurableSwarmError(
+                f"Run {run_id!r} waits for approval of tool call {pending!r}, not "
+                f"{tool_call_id!r}; nothing was sent."
+            )
+        decision = {
+            "tool_call_id": tool_call_id,
+            "digest": waiting.get("digest"),
+            "approved": approved,
+            "message": message,
+            "by": by,
+            "at": _now(),
+        }
+        self._dbos.send(run_id, decision, topic="approval")
+
+    def approve(self, run_id: str, tool_call_id: str, *, by: str | None = None) -> None:
+        """Approve the tool call a run waits on; it runs with exactly the arguments shown in
+        `get_run(run_id).waiting_for`."""
+        self._decide(run_id, tool_call_id, True, None, by)
+
+    def reject(
+        self,
+        run_id: str,
+        tool_call_id: str,
+        message: str | None = None,
+        *,
+        by: str | None = None,
+    ) -> None:
+        """Reject the tool call a run waits on; the model reads `message` as the tool's result."""
+        self._decide(run_id, tool_call_id, False, message, by)
+
+    # --- steering runs -------------------------------------------------------------------
+
+    def cancel(self, run_id: str) -> None:
+        """Cancel a run and its sub-agents: they stop at their next step, status `cancelled`."""
+        info = self.get_run(run_id)
+        self._dbos.cancel_workflow(run_id)
+        for child in info.children:
+            self.cancel(child)

@@ -1,0 +1,283 @@
+"""Fixtures for worker and thin-client tests: databases, the fake model, worker processes.
+
+* `backend` ("sqlite" / "postgres") is a module-scoped parameter; PostgreSQL comes from
+  `DURABLE_SWARM_TEST_POSTGRES_URL` (the tests skip without it or with the server down, unless
+  `DURABLE_SWARM_REQUIRE_POSTGRES=1`, where they fail). Each database has a unique name and is
+  dropped at the end.
+* The model is a `FakeOpenAIServer` in the test process answering from `Model`, so request
+  counts survive the workers that are killed.
+* Workers are real processes (`_serve.py` -> `run_worker("_app:swarm", ...)`); the test process
+  itself is a thin client and never imports the app module `_app`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+os.environ.setdefault("DURABLE_SWARM_LOG_LEVEL", "ERROR")
+
+from durable_swarm.testing import FakeOpenAIServer, Fault, Reply, ToolCall, calls, text
+
+HERE = Path(__file__).resolve().parent
+POSTGRES_URL_ENV = "DURABLE_SWARM_TEST_POSTGRES_URL"
+REQUIRE_POSTGRES_ENV = "DURABLE_SWARM_REQUIRE_POSTGRES"
+TIMEOUT = 60.0  # generous: the machine is small and shared
+HOLD_SECONDS = 300.0
+
+
+def _postgres_unavailable(reason: str) -> None:
+    if os.environ.get(REQUIRE_POSTGRES_ENV) == "1":
+        pytest.fail(
+            f"PostgreSQL is required ({REQUIRE_POSTGRES_ENV}=1) but {reason}. Start PostgreSQL "
+            f"and set {POSTGRES_URL_ENV}, e.g. postgresql://postgres@127.0.0.1:5432/postgres.",
+            pytrace=False,
+        )
+    pytest.skip(f"PostgreSQL tests skipped: {reason} (set {POSTGRES_URL_ENV} to run them)")
+
+
+@pytest.fixture(scope="session")
+def postgres_base_url() -> str:
+    """The PostgreSQL server to create test databases on (skips or fails when unavailable)."""
+    url = os.environ.get(POSTGRES_URL_ENV)
+    if not url:
+        _postgres_unavailable(f"{POSTGRES_URL_ENV} is not set")
+        raise AssertionError("unreachable")
+    try:
+        import psycopg
+
+        psycopg.connect(url, connect_timeout=5).close()
+    except Exception as e:
+        _postgres_unavailable(f"the server at {url} cannot be reached ({type(e).__name__}: {e})")
+    return url
+
+
+def _with_database(base_url: str, name: str) -> str:
+    parts = urlsplit(base_url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+def _postgres(base_url: str, sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(base_url, autocommit=True, connect_timeout=10) as conn:
+        conn.execute(sql)  # type: ignore[arg-type]
+
+
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The database kind this module's tests run on."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def make_database_url(
+    backend: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., str]]:
+    """`(label, create=False) -> URL` of a new database of this backend, dropped at the end.
+
+    DBOS creates the database when a worker launches; `create=True` makes an empty one now.
+    """
+    base = request.getfixturevalue("postgres_base_url") if backend == "postgres" else None
+    created: list[str] = []
+    folder = tmp_path_factory.mktemp("workers-db")
+
+    def make(label: str, create: bool = False) -> str:
+        if base is None:
+            path = folder / f"{label}-{uuid.uuid4().hex[:6]}.sqlite"
+            if create:
+                path.touch()
+            return "sqlite:///" + str(path)
+        name = f"dswarm_workers_{label}_{uuid.uuid4().hex[:10]}".lower()
+        created.append(name)
+        if create:
+            _postgres(base, f'CREATE DATABASE "{name}"')
+        return _with_database(base, name)
+
+    yield make
+    for name in created:
+        assert base is not None
+        _postgres(base, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _user_text(messages: list[dict[str, Any]]) -> str:
+    return next(str(m.get("content")) for m in messages if m.get("role") == "user")
+
+
+class Model:
+    """The fake model: answers from the first user message, `<command> <tag>`.
+
+    * `echo <words>`: answers `echo: <words>` (streamed when the request asks for it).
+    * `slow <tag>`: answers after `slow_seconds` (for concurrency).
+    * `handoff <tag>`: calls `transfer_to_closer`, then answers `closed <tag>`.
+    * `work <tag>`: calls `record(tag)`, then answers `done <tag>`; the first request of that
+      second call is held at the server for minutes (so a test can kill the worker making it),
+      later ones are answered at once.
+    * `refund <tag>`: calls `refund(amount=5)` (needs approval), then repeats the tool's result.
+    * `ask <tag>`: calls `ask_user`, then greets with the tool's result (the person's answer).
+
+    `arrivals(command, tag, stage)` counts requests; stage = tool results in the request.
+    """
+
+    def __init__(self) -> None:
+        self.slow_seconds = 0.4
+        self._lock = threading.Lock()
+        self._arrivals: dict[tuple[str, str, int], int] = {}
+
+    def arrivals(self, command: str, tag: str, stage: int) -> int:
+        with self._lock:
+            return self._arrivals.get((command, tag, stage), 0)
+
+    def __call__(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> Reply | Fault:
+        command, _, tag = _user_text(messages).partition(" ")
+        results = [str(m.get("content")) for m in messages if m.get("role") == "tool"]
+        stage = len(results)
+        with self._lock:
+            key = (command, tag, stage)
+            self._arrivals[key] = first = self._arrivals.get(key, 0) + 1
+        if command == "echo":
+            return text(f"echo: {tag}")
+        if command == "slow":
+            return Fault.delay(self.slow_seconds, text(f"slow {tag}"))
+        if stage == 0:
+            step = {
+                "handoff": ToolCall("transfer_to_closer"),
+                "work": ToolCall("record", {"tag": tag}),
+                "refund": ToolCall("refund", {"amount": 5}),
+                "ask": ToolCall("ask_user", {"question": "What is your name?"}),
+            }[command]
+            return calls(step)
+        if command == "work" and first == 1:
+            return Fault.delay(HOLD_SECONDS, text(f"done {tag}"))
+        answers = {"handoff": f"closed {tag}", "work": f"done {tag}"}
+        return text(answers.get(command, f"{command}: {results[-1]}"))
+
+
+@pytest.fixture(scope="module")
+def model(backend: str) -> Model:
+    """The fake model's script (its request counts), one per module and backend."""
+    return Model()
+
+
+@pytest.fixture(scope="module")
+def server(model: Model) -> Iterator[FakeOpenAIServer]:
+    """The fake OpenAI server all of this module's workers call."""
+    with FakeOpenAIServer(model) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def work_dir(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the app's tools (and its imports) leave their marks, per module and backend."""
+    return tmp_path_factory.mktemp(f"workers-work-{backend}")
+
+
+def tool_lines(work_dir: Path, name: str) -> list[str]:
+    """The lines `<name>.log` holds (one per tool execution, or per import of the app)."""
+    path = work_dir / f"{name}.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def wait_for(
+    condition: Callable[[], Any],
+    what: str,
+    *,
+    timeout: float = TIMEOUT,
+    workers: tuple[Any, ...] = (),
+) -> Any:
+    """Poll `condition` until it is truthy; fail early if one of `workers` exits meanwhile."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        for worker in workers:
+            if worker.proc.poll() is not None:
+                raise AssertionError(
+                    f"worker {worker.name} exited ({worker.proc.returncode}) while waiting for "
+                    f"{what}:\n{worker.output()}"
+                )
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+class WorkerProcess:
+    """A worker process serving `_app:swarm` (`run_worker`), with its output in a log file."""
+
+    def __init__(self, name: str, log_dir: Path, env: dict[str, str], **config: Any) -> None:
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self._log = open(self.log_path, "w")  # noqa: SIM115 (closed in stop())
+        config.setdefault("target", "_app:swarm")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "_serve.py"), json.dumps(config)],
+            cwd=HERE,
+            env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def output(self) -> str:
+        return self.log_path.read_text()[-6000:]
+
+    def wait_ready(self) -> WorkerProcess:
+        """Wait for the startup line (the worker serves its queue from then on)."""
+        wait_for(lambda: "serving queue" in self.output(), f"{self.name} to start", workers=(self,))
+        return self
+
+    def terminate(self) -> int:
+        """SIGTERM (a clean shutdown); returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=TIMEOUT)
+        finally:
+            self.stop()
+
+    def kill(self) -> None:
+        """SIGKILL: the worker dies on the spot, nothing of it runs any more."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=TIMEOUT)
+
+    def stop(self) -> None:
+        self.kill()
+        self._log.close()
+
+
+@pytest.fixture(scope="module")
+def start_worker(
+    server: FakeOpenAIServer, work_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., WorkerProcess]]:
+    """`(name, database_url=..., queue=..., concurrency=..., ...) -> WorkerProcess` (started,
+    not yet ready); every worker still running at the module's end is killed."""
+    log_dir = tmp_path_factory.mktemp("workers-logs")
+    env = {"DSW_FAKE_URL": server.base_url, "DSW_WORK_DIR": str(work_dir)}
+    started: list[WorkerProcess] = []
+
+    def start(name: str, **config: Any) -> WorkerProcess:
+        worker = WorkerProcess(name, log_dir, env, **config)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()

@@ -1,0 +1,83 @@
+"""A worker killed with runs in flight: another worker (another executor id) finishes them.
+
+Worker A takes three runs; each has made its first model call and its tool call, and its second
+model call is held at the fake server. Worker B starts (nothing for it on the queue), then A is
+SIGKILLed. B finds A's heartbeat stale, claims A, puts A's runs back on the queue and finishes
+them: the finished model calls and tools are not done again, only the call that A had in flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from durable_swarm.durable import WORKERS_TABLE, DurableClient
+from durable_swarm.durable._worker import WorkerRegistry
+
+from .conftest import TIMEOUT, Model, WorkerProcess, tool_lines, wait_for
+
+QUEUE = "dead"
+TAGS = ["d1", "d2", "d3"]
+
+
+def test_a_dead_workers_runs_are_finished_by_another_worker(
+    start_worker: Callable[..., WorkerProcess],
+    make_database_url: Callable[..., str],
+    model: Model,
+    work_dir: Path,
+) -> None:
+    url = make_database_url("dead")
+    settings = {
+        "database_url": url,
+        "queue": QUEUE,
+        "concurrency": 5,
+        "heartbeat_interval": 0.2,
+        "dead_after": 1.5,
+        "poll_interval": 0.1,
+    }
+    a = start_worker("a", executor_id="worker-a", **settings).wait_ready()
+    with DurableClient(url) as client:
+        handles = [
+            client.start("Helper", [{"role": "user", "content": f"work {tag}"}], queue=QUEUE)
+            for tag in TAGS
+        ]
+        wait_for(
+            lambda: all(model.arrivals("work", tag, 1) == 1 for tag in TAGS),
+            "A to have every run's second model call in flight",
+            workers=(a,),
+        )
+        b = start_worker("b", executor_id="worker-b", **settings).wait_ready()
+        assert all(client.get_run(h.run_id).status == "pending" for h in handles)
+        a.kill()
+
+        answers = [h.result(timeout=TIMEOUT).messages[-1]["content"] for h in handles]
+        assert answers == [f"done {tag}" for tag in TAGS]
+        for handle in handles:
+            info = client.get_run(handle.run_id)
+            assert info.status == "succeeded"
+            assert [(s.kind, s.name) for s in info.steps if s.kind in ("model", "tool")] == [
+                ("model", "Helper"),
+                ("tool", "record"),
+                ("model", "Helper"),
+            ]
+        statuses = client._dbos.list_workflows(workflow_ids=[h.run_id for h in handles])
+        assert {s.executor_id for s in statuses} == {"worker-b"}
+
+    for tag in TAGS:
+        assert model.arrivals("work", tag, 0) == 1  # finished before the kill: never again
+        assert model.arrivals("work", tag, 1) == 2  # in flight at the kill: sent again by B
+    records = tool_lines(work_dir, "record")
+    assert sorted(line.split()[0] for line in records) == TAGS  # each tool ran once, in A
+    assert {line.split()[1] for line in records} == {str(a.proc.pid)}
+    assert "worker 'worker-a' is gone" in b.output()
+    assert "3 of its unfinished runs are back on their queues" in b.output()
+
+    # A's row is gone (claimed, then released); B's is live, and marked stopped at SIGTERM.
+    assert b.terminate() == 0
+    watcher = WorkerRegistry(url, "watcher", QUEUE, dead_after=60.0)
+    try:
+        assert [row.executor_id for row in watcher.dead()] == ["worker-b"]
+        assert watcher.dead()[0].heartbeat_at == 0
+        assert WORKERS_TABLE == "durable_swarm_workers"
+    finally:
+        watcher.close()

@@ -1,0 +1,144 @@
+"""The workers' heartbeat table: who is alive, and exactly one claimer per dead worker.
+
+No DBOS here: `WorkerRegistry` is plain SQL on the run database, so these tests are quick and
+check the race conditions directly (claims from many threads at once on PostgreSQL and SQLite).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from durable_swarm.durable._worker import WorkerRegistry
+
+from .conftest import wait_for
+
+DEAD_AFTER = 0.4
+
+
+@pytest.fixture
+def registries(make_database_url: Callable[..., str]) -> Iterator[Callable[..., WorkerRegistry]]:
+    """`(executor_id, dead_after=DEAD_AFTER) -> WorkerRegistry` on one fresh database."""
+    url = make_database_url("registry", create=True)
+    made: list[WorkerRegistry] = []
+
+    def make(executor_id: str, dead_after: float = DEAD_AFTER) -> WorkerRegistry:
+        registry = WorkerRegistry(url, executor_id, "q", dead_after=dead_after)
+        made.append(registry)
+        return registry
+
+    yield make
+    for registry in made:
+        registry.close()
+
+
+def never_stop(seconds: float) -> bool:
+    time.sleep(seconds)
+    return False
+
+
+def test_a_live_worker_is_not_dead_and_a_silent_one_is(
+    registries: Callable[..., WorkerRegistry],
+) -> None:
+    alive, silent, watcher = registries("alive"), registries("silent"), registries("watcher")
+    for registry in (alive, silent, watcher):
+        registry.register(never_stop)
+    assert watcher.dead() == []
+    deadline = time.monotonic() + DEAD_AFTER + 0.3
+    while time.monotonic() < deadline:
+        assert alive.beat()
+        time.sleep(0.05)
+    assert [row.executor_id for row in watcher.dead()] == ["silent"]
+    assert watcher.dead()[0].age_ms > DEAD_AFTER * 1000
+
+
+def test_exactly_one_of_many_concurrent_claimers_wins(
+    registries: Callable[..., WorkerRegistry],
+) -> None:
+    victim = registries("victim")
+    victim.register(never_stop)
+    claimers = [registries(f"claimer-{i}") for i in range(6)]
+    for claimer in claimers:
+        claimer.register(never_stop)
+    time.sleep(DEAD_AFTER + 0.1)
+    rows = [next(r for r in c.dead() if r.executor_id == "victim") for c in claimers]
+    start = threading.Barrier(len(claimers))
+    won: list[str] = []
+
+    def claim(claimer: WorkerRegistry, row: object) -> None:
+        start.wait()
+        if claimer.claim(row):  # type: ignore[arg-type]
+            won.append(claimer.executor_id)
+
+    threads = [
+        threading.Thread(target=claim, args=pair) for pair in zip(claimers, rows, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(won) == 1
+    winner = next(c for c in claimers if c.executor_id == won[0])
+    # A claimed worker that was only paused finds out at its next heartbeat: it must stop.
+    assert not victim.beat()
+    # The claim is fresh, so nobody else sees the row as dead until the claimer releases it.
+    assert all(r.executor_id != "victim" for r in claimers[0].dead() + claimers[1].dead())
+    winner.release(rows[0])
+    assert all(r.executor_id != "victim" for r in winner.dead())
+
+
+def test_a_claim_whose_claimer_died_is_taken_over(
+    registries: Callable[..., WorkerRegistry],
+) -> None:
+    victim, first, second = registries("victim"), registries("first"), registries("second")
+    for registry in (victim, first, second):
+        registry.register(never_stop)
+    time.sleep(DEAD_AFTER + 0.1)
+    assert first.claim(next(r for r in first.dead() if r.executor_id == "victim"))
+    # `first` dies before recovering the victim's runs: its claim goes stale in turn.
+    row = wait_for(
+        lambda: next((r for r in second.dead() if r.executor_id == "victim"), None),
+        "the stale claim",
+    )
+    assert row.claimed_by == "first"
+    assert second.claim(row)
+
+
+def test_a_restarted_worker_waits_for_a_claim_in_progress_on_its_executor_id(
+    registries: Callable[..., WorkerRegistry],
+) -> None:
+    old, claimer = registries("pinned", dead_after=5.0), registries("claimer", dead_after=5.0)
+    old.register(never_stop)
+    claimer.register(never_stop)
+    old.stop()  # stopped: stale at once
+    row = next(r for r in claimer.dead() if r.executor_id == "pinned")
+    assert claimer.claim(row)
+    restarted = registries("pinned", dead_after=5.0)
+    registered = threading.Event()
+
+    def register() -> None:
+        restarted.register(never_stop)
+        registered.set()
+
+    thread = threading.Thread(target=register)
+    thread.start()
+    assert not registered.wait(0.6)  # the claimer is still putting the old runs back
+    claimer.release(row)
+    assert registered.wait(10)
+    thread.join()
+    assert restarted.beat()
+    assert not old.beat()
+
+
+def test_a_restart_under_the_same_executor_id_takes_the_row_over(
+    registries: Callable[..., WorkerRegistry],
+) -> None:
+    old = registries("same")
+    old.register(never_stop)
+    new = registries("same")
+    new.register(never_stop)
+    assert new.beat()
+    assert not old.beat()  # two processes with one executor id: the older one finds out
