@@ -19,6 +19,7 @@ from collections import OrderedDict
 from typing import Any
 
 from dbos import DBOS, SetWorkflowID, StepOptions
+from dbos._error import DBOSWorkflowCancelledError
 
 from .. import _registry, model
 from .._errors import AgentNotFoundError, DurableSwarmError, ToolResultNotSerializableError
@@ -97,15 +98,19 @@ class RunHost:
 
     async def await_agent(self, run_id: str, ref: dict[str, Any]) -> Any:
         """`lookup`, waiting (without failing the run) until the agent's code is imported."""
-        reported = False
+        waited = 0
         while True:
             try:
                 agent = self.lookup(run_id, ref)
             except AgentNotFoundError as e:
-                if not reported:
+                if not waited:
                     logger.error("%s", e)
                     self.problems[run_id] = str(e)
-                    reported = True
+                waited += 1
+                if waited % 25 == 0:  # every ~5 s: a cancelled run must free its slot
+                    status = await DBOS.get_workflow_status_async(run_id)
+                    if status is not None and status.status == "CANCELLED":
+                        raise DBOSWorkflowCancelledError(f"Run {run_id} was cancelled") from e
                 await asyncio.sleep(0.2)
                 continue
             self.problems.pop(run_id, None)
