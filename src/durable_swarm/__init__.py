@@ -26,6 +26,7 @@ from .handoffs import (
     UpdateSystemMessage,
 )
 from .human import AskUser, ask_user
+from .planning import TodoItem, create_durable_agent
 from .swarm import Swarm
 from .toolkit import FileTools, Skill, skill, tool
 from .types import Agent, Response, Result, SwarmAgent, SwarmResult
@@ -59,9 +60,11 @@ __all__ = [
     "Swarm",
     "SwarmAgent",
     "SwarmResult",
+    "TodoItem",
     "ToolResultNotSerializableError",
     "UpdateSystemMessage",
     "ask_user",
+    "create_durable_agent",
     "initiate_swarm_chat",
     "skill",
     "tool",

@@ -455,10 +455,8 @@ class DurableSwarm:
 
     def cancel(self, run_id: str) -> None:
         """Cancel a run and its sub-agents: they stop at their next step, status `cancelled`."""
-        info = self.get_run(run_id)
-        DBOS.cancel_workflow(run_id)
-        for child in info.children:
-            self.cancel(child)
+        self.get_run(run_id)
+        DBOS.cancel_workflow(run_id, cancel_children=True)
 
     def resume(self, run_id: str) -> RunHandle:
         """Continue a `cancelled` or `failed` run from its last finished step.

@@ -44,6 +44,7 @@ EVENTS_STREAM = "events"
 WAITING_EVENT = "waiting_for"
 # A wait re-arms after this long; it may go on for as long as it takes.
 WAIT_SECONDS = 7 * 24 * 3600.0
+JOIN_POLL_SECONDS = 0.1
 
 
 def agent_ref(agent: Any) -> dict[str, str]:
@@ -296,7 +297,7 @@ class DurableRuntime:
         child = self._children[id(effect.call)]
         if isinstance(child, dict):
             return ToolOutcome(child, effect.context_variables)
-        output = await child.get_result()
+        output = await child.get_result(polling_interval_sec=JOIN_POLL_SECONDS)
         answer = final_answer(output.get("messages") or [])
         return ToolOutcome(tool_message(effect.call, answer), effect.context_variables)
 
