@@ -29,7 +29,7 @@ from ._workflow import (
 
 __all__ = ["DurableSwarm", "RunHandle"]
 
-_STREAM_POLL_SECONDS = 0.05
+_POLL_SECONDS = 0.05
 
 
 def _response(run_id: str, output: dict[str, Any]) -> Response:
@@ -67,14 +67,14 @@ class RunHandle:
     def result(self) -> Response:
         """Wait for the run to finish and return its `Response` (raises the run's error)."""
         handle = self._handle or DBOS.retrieve_workflow(self.run_id)
-        response = _response(self.run_id, handle.get_result())
+        response = _response(self.run_id, handle.get_result(polling_interval_sec=_POLL_SECONDS))
         HOST.forget(self.run_id)
         return response
 
     async def aresult(self) -> Response:
         """`result` for async code."""
         handle = self._handle or await DBOS.retrieve_workflow_async(self.run_id)
-        output: Any = handle.get_result()
+        output: Any = handle.get_result(polling_interval_sec=_POLL_SECONDS)
         if inspect.isawaitable(output):
             output = await output
         response = _response(self.run_id, output)
@@ -98,14 +98,14 @@ class RunHandle:
         `{"delim": "start"}` once the run resumes.
         """
         yield from _events(
-            DBOS.read_stream(self.run_id, EVENTS_STREAM, polling_interval_sec=_STREAM_POLL_SECONDS)
+            DBOS.read_stream(self.run_id, EVENTS_STREAM, polling_interval_sec=_POLL_SECONDS)
         )
         yield {"response": self.result()}
 
     async def aevents(self) -> AsyncIterator[dict[str, Any]]:
         """`events` for async code."""
         stream = DBOS.read_stream_async(
-            self.run_id, EVENTS_STREAM, polling_interval_sec=_STREAM_POLL_SECONDS
+            self.run_id, EVENTS_STREAM, polling_interval_sec=_POLL_SECONDS
         )
         async for item in stream:
             if isinstance(item, dict) and "event" in item:
@@ -225,6 +225,8 @@ class DurableSwarm:
             after_work,
             agents,
         )
+        if DBOS.get_workflow_status(run_id) is not None:
+            return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
         with SetWorkflowID(run_id):
             handle = DBOS.start_workflow(run_workflow, spec)
         return RunHandle(run_id, handle)
@@ -258,6 +260,8 @@ class DurableSwarm:
             after_work,
             agents,
         )
+        if await DBOS.get_workflow_status_async(run_id) is not None:
+            return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
         with SetWorkflowID(run_id):
             handle = await DBOS.start_workflow_async(run_workflow, spec)
         return RunHandle(run_id, handle)
