@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +21,15 @@ from dbos import DBOSClient, EnqueueOptions
 from .._errors import DatabaseUnavailableError, DurableSwarmError, RunNotFoundError
 from ..types import Response
 from . import _dbos
-from ._runs import RunInfo, read_run
+from ._control import ClientSource, RunControl
+from ._runs import RunInfo
 from ._serializer import JsonSerializer
-from ._workflow import EVENTS_STREAM, WAITING_EVENT, WORKFLOW_NAME
+from ._workflow import EVENTS_STREAM, WORKFLOW_NAME
 
 __all__ = ["DEFAULT_QUEUE", "ClientRunHandle", "DurableClient"]
 
 DEFAULT_QUEUE = "durable_swarm"
 _FINISHED = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat()
 
 
 def _connect(url: str) -> DBOSClient:
@@ -70,23 +66,6 @@ def _connect(url: str) -> DBOSClient:
 def _cause(error: BaseException) -> str:
     text = str(getattr(error, "orig", None) or error).strip()
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
-
-
-class _ClientLog:
-    """What `read_run` needs from DBOS, read through a `DBOSClient`."""
-
-    def __init__(self, client: DBOSClient) -> None:
-        self._client = client
-
-    def get_workflow_status(self, run_id: str) -> Any:
-        found = self._client.list_workflows(workflow_ids=[run_id])
-        return found[0] if found else None
-
-    def get_all_events(self, run_id: str) -> dict[str, Any]:
-        return {WAITING_EVENT: self._client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)}
-
-    def list_workflow_steps(self, run_id: str) -> list[Any]:
-        return list(self._client.list_workflow_steps(run_id))
 
 
 class ClientRunHandle:
@@ -169,7 +148,7 @@ class DurableClient:
         self.database_url = _dbos.resolve_database_url(database_url)
         self.poll_interval = poll_interval
         self._dbos = _connect(self.database_url)
-        self._log = _ClientLog(self._dbos)
+        self.runs = RunControl(ClientSource(self._dbos))
 
     def __repr__(self) -> str:
         return f"DurableClient(database_url={self.database_url!r})"
@@ -249,7 +228,7 @@ class DurableClient:
     # --- looking at runs -----------------------------------------------------------------
 
     def _dbos_status(self, run_id: str) -> Any:
-        status = self._log.get_workflow_status(run_id)
+        status = self.runs.source.get_workflow_status(run_id)
         if status is None:
             raise RunNotFoundError(run_id)
         return status
@@ -257,50 +236,33 @@ class DurableClient:
     def get_run(self, run_id: str) -> RunInfo:
         """The run as its log tells it: status, current agent, messages, context, steps, and
         what it waits for. Raises `RunNotFoundError` for an unknown id."""
-        return read_run(run_id, self._log)
+        return self.runs.get_run(run_id)
+
+    def list_runs(
+        self,
+        *,
+        status: str | list[str] | None = None,
+        agent: str | None = None,
+        since: Any = None,
+        until: Any = None,
+        limit: int | None = 100,
+    ) -> list[RunInfo]:
+        """Runs, newest first, filtered as `DurableSwarm.list_runs` does."""
+        return self.runs.list_runs(
+            status=status, agent=agent, since=since, until=until, limit=limit
+        )
 
     # --- the person in the loop ----------------------------------------------------------
-
-    def _waiting(self, run_id: str, kind: str) -> dict[str, Any]:
-        info = self.get_run(run_id)
-        wanted = "waiting_for_input" if kind == "input" else "waiting_for_approval"
-        if info.status != wanted or not info.waiting_for:
-            raise DurableSwarmError(
-                f"Run {run_id!r} is not waiting for {kind} (its status is {info.status!r}); "
-                "nothing was sent. Check get_run(run_id).status and .waiting_for."
-            )
-        return info.waiting_for
 
     def send_input(self, run_id: str, text: str, *, by: str | None = None) -> None:
         """Answer the question a run waits on (`waiting_for_input`); the worker holding the run
         resumes it."""
-        self._waiting(run_id, "input")
-        self._dbos.send(run_id, {"text": str(text), "by": by, "at": _now()}, topic="input")
-
-    def _decide(
-        self, run_id: str, tool_call_id: str, approved: bool, message: str | None, by: str | None
-    ) -> None:
-        waiting = self._waiting(run_id, "approval")
-        pending = (waiting.get("tool_call") or {}).get("id")
-        if pending != tool_call_id:
-            raise DurableSwarmError(
-                f"Run {run_id!r} waits for approval of tool call {pending!r}, not "
-                f"{tool_call_id!r}; nothing was sent."
-            )
-        decision = {
-            "tool_call_id": tool_call_id,
-            "digest": waiting.get("digest"),
-            "approved": approved,
-            "message": message,
-            "by": by,
-            "at": _now(),
-        }
-        self._dbos.send(run_id, decision, topic="approval")
+        self.runs.send_input(run_id, text, by=by)
 
     def approve(self, run_id: str, tool_call_id: str, *, by: str | None = None) -> None:
         """Approve the tool call a run waits on; it runs with exactly the arguments shown in
         `get_run(run_id).waiting_for`."""
-        self._decide(run_id, tool_call_id, True, None, by)
+        self.runs.decide(run_id, tool_call_id, True, None, by)
 
     def reject(
         self,
@@ -311,13 +273,18 @@ class DurableClient:
         by: str | None = None,
     ) -> None:
         """Reject the tool call a run waits on; the model reads `message` as the tool's result."""
-        self._decide(run_id, tool_call_id, False, message, by)
+        self.runs.decide(run_id, tool_call_id, False, message, by)
 
     # --- steering runs -------------------------------------------------------------------
 
     def cancel(self, run_id: str) -> None:
         """Cancel a run and its sub-agents: they stop at their next step, status `cancelled`."""
-        info = self.get_run(run_id)
-        self._dbos.cancel_workflow(run_id)
-        for child in info.children:
-            self.cancel(child)
+        self.runs.cancel(run_id)
+
+    def resume(self, run_id: str) -> ClientRunHandle:
+        """Continue a cancelled or failed run (see `DurableSwarm.resume`); a worker runs it."""
+        return ClientRunHandle(self, self.runs.resume(run_id))
+
+    def fork(self, run_id: str, step: int, *, new_run_id: str | None = None) -> ClientRunHandle:
+        """A new run copying `run_id`'s steps before `step` (see `DurableSwarm.fork`)."""
+        return ClientRunHandle(self, self.runs.fork(run_id, step, new_run_id))

@@ -7,7 +7,6 @@ import copy
 import inspect
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
-from datetime import datetime, timezone
 from typing import Any
 
 from dbos import DBOS, SetWorkflowID
@@ -15,12 +14,11 @@ from dbos import DBOS, SetWorkflowID
 from .._errors import AgentNotFoundError, DurableSwarmError
 from ..types import Agent, Response
 from . import _dbos
-from ._runs import RunInfo, read_run, summarize
+from ._control import RunControl
+from ._runs import RunInfo, read_run
 from ._workflow import (
     EVENTS_STREAM,
     HOST,
-    WAITING_EVENT,
-    WORKFLOW_NAME,
     agent_ref,
     encode_max_turns,
     encode_target,
@@ -339,11 +337,16 @@ class DurableSwarm:
         self.get_run(run_id)
         return RunHandle(run_id)
 
+    @property
+    def runs(self) -> RunControl:
+        """Reading and steering runs (launches DBOS on this swarm's database if needed)."""
+        self.launch()
+        return RunControl(DBOS)
+
     def get_run(self, run_id: str) -> RunInfo:
         """The run as its log tells it: status, current agent, messages, context, steps, and
         what it waits for. Raises `RunNotFoundError` for an unknown id."""
-        self.launch()
-        info = read_run(run_id)
+        info = self.runs.get_run(run_id)
         info.problem = HOST.problems.get(run_id)
         return info
 
@@ -363,72 +366,22 @@ class DurableSwarm:
         """Runs, newest first: optionally only those with `status` (one or several of this
         library's status names), on `agent`, or created between `since` and `until`
         (datetimes or ISO strings)."""
-        self.launch()
-        wanted = [status] if isinstance(status, str) else list(status or [])
-        workflows = DBOS.list_workflows(
-            name=WORKFLOW_NAME,
-            start_time=_iso(since),
-            end_time=_iso(until),
-            sort_desc=True,
-            load_output=True,
+        return self.runs.list_runs(
+            status=status, agent=agent, since=since, until=until, limit=limit
         )
-        runs = []
-        for wf in workflows:
-            waiting = None
-            if wf.status == "PENDING":
-                waiting = DBOS.get_all_events(wf.workflow_id).get(WAITING_EVENT)
-            info = summarize(wf, waiting)
-            if wanted and info.status not in wanted:
-                continue
-            if agent and info.agent != agent:
-                continue
-            runs.append(info)
-            if limit is not None and len(runs) >= limit:
-                break
-        return runs
 
     # --- the person in the loop ----------------------------------------------------------
 
-    def _waiting(self, run_id: str, kind: str) -> dict[str, Any]:
-        info = self.get_run(run_id)
-        wanted = "waiting_for_input" if kind == "input" else "waiting_for_approval"
-        if info.status != wanted or not info.waiting_for:
-            raise DurableSwarmError(
-                f"Run {run_id!r} is not waiting for {kind} (its status is {info.status!r}); "
-                "nothing was sent. Check get_run(run_id).status and .waiting_for."
-            )
-        return info.waiting_for
-
     def send_input(self, run_id: str, text: str, *, by: str | None = None) -> None:
         """Answer the question a run waits on (`waiting_for_input`); the run resumes in
-        whichever process holds it (or at the next launch if none does)."""
-        self._waiting(run_id, "input")
-        DBOS.send(run_id, {"text": str(text), "by": by, "at": _now()}, topic="input")
-
-    def _decide(
-        self, run_id: str, tool_call_id: str, approved: bool, message: str | None, by: str | None
-    ) -> None:
-        waiting = self._waiting(run_id, "approval")
-        pending = (waiting.get("tool_call") or {}).get("id")
-        if pending != tool_call_id:
-            raise DurableSwarmError(
-                f"Run {run_id!r} waits for approval of tool call {pending!r}, not "
-                f"{tool_call_id!r}; nothing was sent."
-            )
-        decision = {
-            "tool_call_id": tool_call_id,
-            "digest": waiting.get("digest"),
-            "approved": approved,
-            "message": message,
-            "by": by,
-            "at": _now(),
-        }
-        DBOS.send(run_id, decision, topic="approval")
+        whichever process holds it (or at the next launch if none does). A run that is not
+        waiting for input raises `DurableSwarmError` and nothing is sent."""
+        self.runs.send_input(run_id, text, by=by)
 
     def approve(self, run_id: str, tool_call_id: str, *, by: str | None = None) -> None:
         """Approve the tool call a run waits on; it runs with exactly the arguments shown in
         `get_run(run_id).waiting_for`. The decision, who and when are recorded in the run."""
-        self._decide(run_id, tool_call_id, True, None, by)
+        self.runs.decide(run_id, tool_call_id, True, None, by)
 
     def reject(
         self,
@@ -439,7 +392,7 @@ class DurableSwarm:
         by: str | None = None,
     ) -> None:
         """Reject the tool call a run waits on; the model reads `message` as the tool's result."""
-        self._decide(run_id, tool_call_id, False, message, by)
+        self.runs.decide(run_id, tool_call_id, False, message, by)
 
     async def asend_input(self, run_id: str, text: str, *, by: str | None = None) -> None:
         """`send_input` for async code."""
@@ -459,8 +412,7 @@ class DurableSwarm:
 
     def cancel(self, run_id: str) -> None:
         """Cancel a run and its sub-agents: they stop at their next step, status `cancelled`."""
-        self.get_run(run_id)
-        DBOS.cancel_workflow(run_id, cancel_children=True)
+        self.runs.cancel(run_id)
 
     def resume(self, run_id: str) -> RunHandle:
         """Continue a `cancelled` or `failed` run from its last finished step.
@@ -468,34 +420,11 @@ class DurableSwarm:
         A failed run is rewound to the step that failed (finished steps are kept), so once the
         cause is fixed (a model endpoint back up, a bug fixed in a tool) it goes on.
         """
-        info = self.get_run(run_id)
-        if info.status == "failed":
-            failed = [s.step for s in info.steps if s.error is not None]
-            handle = DBOS.rewind_workflow(run_id, start_step=failed[0] if failed else None)
-        elif info.status == "succeeded":
-            raise DurableSwarmError(
-                f"Run {run_id!r} already succeeded; there is nothing to resume. Use "
-                "fork(run_id, step) to run it again from a step."
-            )
-        else:
-            handle = DBOS.resume_workflow(run_id)
-        return RunHandle(run_id, handle)
+        return RunHandle(self.runs.resume(run_id))
 
     def fork(self, run_id: str, step: int, *, new_run_id: str | None = None) -> RunHandle:
         """A new run that copies `run_id`'s steps before `step` and runs the rest again."""
-        info = self.get_run(run_id)
-        last = max((s.step for s in info.steps), default=0)
-        if step < 1 or step > last + 1:
-            raise DurableSwarmError(
-                f"Cannot fork run {run_id!r} at step {step}: it has steps 1 to {last}. Pick a "
-                "step in that range (see get_run(run_id).steps)."
-            )
-        if new_run_id:
-            with SetWorkflowID(new_run_id):
-                handle = DBOS.fork_workflow(run_id, step)
-        else:
-            handle = DBOS.fork_workflow(run_id, step)
-        return RunHandle(handle.workflow_id, handle)
+        return RunHandle(self.runs.fork(run_id, step, new_run_id))
 
     async def acancel(self, run_id: str) -> None:
         """`cancel` for async code."""
@@ -508,13 +437,3 @@ class DurableSwarm:
     async def afork(self, run_id: str, step: int) -> RunHandle:
         """`fork` for async code."""
         return await asyncio.to_thread(self.fork, run_id, step)
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat()
-
-
-def _iso(value: Any) -> str | None:
-    if value is None:
-        return None
-    return value if isinstance(value, str) else value.isoformat()

@@ -1,0 +1,381 @@
+"""`durable-swarm runs ...`: list, show, watch, send, approve, reject, cancel, resume, fork."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import inspect
+import re
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from .._errors import DurableSwarmError, RunNotFoundError
+from ..durable import DurableClient, RunInfo, resolve_database_url
+from ._render import (
+    JSON_SCHEMA_VERSION,
+    dumps,
+    new_timeline,
+    run_json,
+    run_table,
+    step_json,
+    step_lines,
+    summary_lines,
+    waiting_hint,
+)
+from ._store import CliError, display_url, open_swarm
+from ._style import Style, duration, preview
+
+__all__ = ["HANDLERS", "parse_time"]
+
+FINISHED = ("succeeded", "failed", "cancelled")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+
+
+def parse_time(text: str) -> datetime:
+    """An argparse type: an ISO time (`2024-05-21`, `2024-05-21T15:00`, with or without a zone;
+    local time without one) or a time relative to now (`30s`, `15m`, `2h`, `7d`, `1w` ago)."""
+    relative = _RELATIVE.match(text.strip().lower())
+    if relative:
+        seconds = float(relative.group(1)) * _UNITS[relative.group(2)]
+        return datetime.now(timezone.utc) - timedelta(seconds=seconds)
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an ISO time like 2024-05-21T15:00 or a time ago like 30m, 2h, 7d; "
+            f"got {text!r}"
+        ) from None
+    return moment if moment.tzinfo else moment.astimezone()
+
+
+def _database(args: argparse.Namespace) -> str:
+    return resolve_database_url(getattr(args, "database_url", None))
+
+
+def _get_run(swarm: DurableClient, run_id: str, url: str) -> RunInfo:
+    try:
+        return swarm.get_run(run_id)
+    except RunNotFoundError as e:
+        raise CliError(f"{e} (database: {display_url(url)})") from e
+
+
+def _emit(args: argparse.Namespace, data: dict[str, Any], lines: list[str]) -> None:
+    if getattr(args, "json", False):
+        print(dumps({**data, "schema_version": JSON_SCHEMA_VERSION}))
+    else:
+        print("\n".join(lines))
+
+
+# --- looking ------------------------------------------------------------------------------------
+
+
+def cmd_list(args: argparse.Namespace, style: Style) -> int:
+    """`runs list`: the runs, newest first, filtered by status, agent and creation time."""
+    url = _database(args)
+    statuses = [s for value in args.status or [] for s in value.split(",") if s]
+    with open_swarm(url) as swarm:
+        runs = swarm.list_runs(
+            status=statuses or None,
+            agent=args.agent,
+            since=args.since,
+            until=args.until,
+            limit=args.limit or None,
+        )
+    if args.json:
+        data = {"runs": [run_json(r, detail=False) for r in runs], "database": display_url(url)}
+        _emit(args, data, [])
+    elif not runs:
+        filtered = statuses or args.agent or args.since or args.until
+        which = "match these filters" if filtered else "yet"
+        print(f"No runs {which} in {display_url(url)}.")
+    else:
+        print("\n".join(run_table(runs, style)))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, style: Style) -> int:
+    """`runs show`: a run's summary and timeline (model calls, tool calls, handoffs, waits)."""
+    url = _database(args)
+    with open_swarm(url) as swarm:
+        info = _get_run(swarm, args.run_id, url)
+    if args.json:
+        _emit(args, run_json(info, detail=True), [])
+        return 0
+    lines = summary_lines(info, style)
+    timeline = step_lines(info.steps, style, everything=args.all)
+    lines += ["", style.paint("Timeline", "bold"), *(timeline or ["  (no steps yet)"])]
+    hint = waiting_hint(info, style)
+    if hint:
+        lines += ["", *hint]
+    if args.messages:
+        lines += ["", style.paint("Messages", "bold")]
+        for message in info.messages:
+            who = message.get("sender") or message.get("role", "?")
+            content = message.get("content")
+            calls = ", ".join(c["function"]["name"] for c in message.get("tool_calls") or [])
+            text = content if content else f"[calls {calls}]" if calls else ""
+            lines.append(f"  {style.paint(str(who), 'bold')}: {text}")
+    print("\n".join(lines))
+    return 0
+
+
+class _Progress:
+    """A one-line spinner on a terminal while `watch` waits; nothing when not on one."""
+
+    FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.frame = 0
+
+    def show(self, text: str) -> None:
+        if self.enabled:
+            self.frame = (self.frame + 1) % len(self.FRAMES)
+            sys.stdout.write(f"\r\033[K{self.FRAMES[self.frame]} {text}")
+            sys.stdout.flush()
+
+    def clear(self) -> None:
+        if self.enabled:
+            sys.stdout.write("\r\033[K")
+            sys.stdout.flush()
+
+
+def cmd_watch(args: argparse.Namespace, style: Style) -> int:
+    """`runs watch`: print a run's steps as they finish, until it ends (exit 0 if it succeeded,
+    1 if it failed or was cancelled)."""
+    url = _database(args)
+    emit_json = args.json
+    progress = _Progress(style.enabled and not emit_json)
+    started = time.monotonic()
+    seen: set[int] = set()
+    timeline = new_timeline(style)
+    with open_swarm(url) as swarm:
+        return _watch(swarm, args, style, url, progress, started, seen, timeline)
+
+
+def _watch(
+    swarm: DurableClient,
+    args: argparse.Namespace,
+    style: Style,
+    url: str,
+    progress: _Progress,
+    started: float,
+    seen: set[int],
+    timeline: Any,
+) -> int:
+    emit_json = args.json
+    status = None
+    check = True
+    while True:
+        info = _get_run(swarm, args.run_id, url)
+        if check and not emit_json:
+            print(
+                f"Watching run {style.paint(info.run_id, 'bold')} (Ctrl-C stops watching; "
+                "the run goes on)"
+            )
+        check = False
+        fresh = [s for s in info.steps if s.step not in seen and (s.completed_at or s.error)]
+        for step in fresh:
+            seen.add(step.step)
+            if emit_json:
+                print(dumps({"event": "step", "run_id": info.run_id, "step": step_json(step)}))
+                continue
+            progress.clear()
+            for line in step_lines([step], style, everything=args.all, timeline=timeline):
+                print(line)
+        if info.status != status:
+            status = info.status
+            if emit_json:
+                event = {"event": "status", "run_id": info.run_id, "status": status}
+                print(dumps({**event, "waiting_for": info.waiting_for}))
+            else:
+                progress.clear()
+                print(f"● {style.status(status)}")
+                for line in waiting_hint(info, style):
+                    print(line)
+        sys.stdout.flush()
+        if status in FINISHED:
+            break
+        elapsed = time.monotonic() - started
+        if args.timeout and elapsed >= args.timeout:
+            progress.clear()
+            raise CliError(
+                f"Stopped watching run {info.run_id} after {args.timeout:g} s: it is still "
+                f"{status}. Nothing was changed."
+            )
+        progress.show(f"{status} · {len(seen)} steps · {duration(elapsed * 1000)}")
+        time.sleep(args.interval)
+    answer = next(
+        (m.get("content") for m in reversed(info.new_messages) if m.get("role") == "assistant"),
+        None,
+    )
+    if emit_json:
+        print(dumps({"event": "end", "run": run_json(info, detail=False)}))
+    elif status == "succeeded" and answer:
+        print(f"{style.paint('answer', 'dim')} {preview(answer, 300)}")
+    elif info.error:
+        print(style.paint(f"error: {preview(info.error, 300)}", "red"))
+    return 0 if status == "succeeded" else 1
+
+
+# --- steering -----------------------------------------------------------------------------------
+
+
+def _by(method: Callable[..., Any], args: argparse.Namespace) -> dict[str, Any]:
+    """`by=<who>` when the library method records who decided."""
+    if "by" not in inspect.signature(method).parameters:
+        return {}
+    if args.by:
+        return {"by": args.by}
+    try:
+        return {"by": f"{getpass.getuser()} (durable-swarm CLI)"}
+    except Exception:
+        return {"by": "durable-swarm CLI"}
+
+
+_GOES_ON = (
+    "The run goes on in the process that holds it, or when your app next starts on this database "
+    "(it needs the agents' code)."
+)
+
+
+def cmd_send(args: argparse.Namespace, style: Style) -> int:
+    """`runs send`: answer the question a run waits on."""
+    url = _database(args)
+    with open_swarm(url) as swarm:
+        _get_run(swarm, args.run_id, url)
+        swarm.send_input(args.run_id, args.text, **_by(swarm.send_input, args))
+    _emit(
+        args,
+        {"run_id": args.run_id, "action": "send", "text": args.text},
+        [f"{style.paint('✓', 'green')} Sent your answer to run {args.run_id}. {_GOES_ON}"],
+    )
+    return 0
+
+
+def cmd_approve(args: argparse.Namespace, style: Style) -> int:
+    """`runs approve`: approve the tool call a run waits on."""
+    url = _database(args)
+    with open_swarm(url) as swarm:
+        _get_run(swarm, args.run_id, url)
+        swarm.approve(args.run_id, args.tool_call_id, **_by(swarm.approve, args))
+    _emit(
+        args,
+        {"run_id": args.run_id, "action": "approve", "tool_call_id": args.tool_call_id},
+        [
+            f"{style.paint('✓', 'green')} Approved tool call {args.tool_call_id} of run "
+            f"{args.run_id}. {_GOES_ON}"
+        ],
+    )
+    return 0
+
+
+def cmd_reject(args: argparse.Namespace, style: Style) -> int:
+    """`runs reject`: reject the tool call a run waits on (the model reads `--message`)."""
+    url = _database(args)
+    with open_swarm(url) as swarm:
+        _get_run(swarm, args.run_id, url)
+        by = _by(swarm.reject, args)
+        swarm.reject(args.run_id, args.tool_call_id, message=args.message, **by)
+    data = {
+        "run_id": args.run_id,
+        "action": "reject",
+        "tool_call_id": args.tool_call_id,
+        "message": args.message,
+    }
+    line = (
+        f"{style.paint('✓', 'green')} Rejected tool call {args.tool_call_id} of run {args.run_id}"
+    )
+    _emit(args, data, [f"{line}. {_GOES_ON}"])
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace, style: Style) -> int:
+    """`runs cancel`: stop a run before its next step (it can be resumed later)."""
+    url = _database(args)
+    with open_swarm(url) as swarm:
+        info = _get_run(swarm, args.run_id, url)
+        if info.status in ("succeeded", "failed"):
+            raise CliError(
+                f"Run {args.run_id} already {info.status}: there is nothing to cancel, and "
+                "nothing was changed."
+            )
+        if info.status != "cancelled":
+            swarm.cancel(args.run_id)
+    already = info.status == "cancelled"
+    text = "was already cancelled" if already else "is cancelled: it stops before its next step"
+    _emit(
+        args,
+        {"run_id": args.run_id, "action": "cancel", "changed": not already},
+        [
+            f"{style.paint('✓', 'green')} Run {args.run_id} {text}. "
+            f"Resume it with: durable-swarm runs resume {args.run_id}"
+        ],
+    )
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace, style: Style) -> int:
+    """`runs resume`: continue a cancelled or failed run from its last finished step."""
+    url = _database(args)
+    with open_swarm(url) as swarm:
+        info = _get_run(swarm, args.run_id, url)
+        if info.status == "succeeded":
+            raise CliError(
+                f"Run {args.run_id} already succeeded: there is nothing to resume, and nothing "
+                f"was changed. To run it again from a step: durable-swarm runs fork "
+                f"{args.run_id} STEP"
+            )
+        swarm.resume(args.run_id)
+    kept = [s.step for s in info.steps if s.error is None and s.completed_at]
+    where = f"after step {max(kept)}" if kept else "from the start"
+    _emit(
+        args,
+        {"run_id": args.run_id, "action": "resume", "previous_status": info.status},
+        [
+            f"{style.paint('✓', 'green')} Run {args.run_id} ({info.status}) is queued to go on "
+            f"{where}; finished steps are not run again. A worker with its agents picks it up: "
+            "your app, when it runs on this database."
+        ],
+    )
+    return 0
+
+
+def cmd_fork(args: argparse.Namespace, style: Style) -> int:
+    """`runs fork`: a new run that copies a run's steps before STEP and runs the rest again."""
+    url = _database(args)
+    with open_swarm(url) as swarm:
+        _get_run(swarm, args.run_id, url)
+        try:
+            handle = swarm.fork(args.run_id, args.step, new_run_id=args.new_run_id)
+        except DurableSwarmError as e:
+            raise CliError(
+                f"{e} (`durable-swarm runs show {args.run_id}` lists them.) Nothing was changed."
+            ) from e
+    _emit(
+        args,
+        {"run_id": handle.run_id, "action": "fork", "forked_from": args.run_id, "step": args.step},
+        [
+            f"{style.paint('✓', 'green')} Forked run {args.run_id} at step {args.step} as run "
+            f"{style.paint(handle.run_id, 'bold')}: steps before {args.step} are copied, the "
+            "rest runs again in a worker (your app, when it runs on this database)."
+        ],
+    )
+    return 0
+
+
+HANDLERS: dict[str, Callable[[argparse.Namespace, Style], int]] = {
+    "list": cmd_list,
+    "show": cmd_show,
+    "watch": cmd_watch,
+    "send": cmd_send,
+    "approve": cmd_approve,
+    "reject": cmd_reject,
+    "cancel": cmd_cancel,
+    "resume": cmd_resume,
+    "fork": cmd_fork,
+}

@@ -1,0 +1,130 @@
+"""Opening the run database for an operator command, without side effects on it.
+
+A command never launches DBOS (that would make it a worker, recovering and dequeuing runs it has
+no agents for): it reads and steers runs through a `DurableClient`, a thin client on DBOS's
+`DBOSClient`. The database must already exist: a missing SQLite file or PostgreSQL database is
+reported, never created.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from .._errors import DatabaseUnavailableError
+from ..durable import DurableClient
+
+__all__ = ["CliError", "check_database", "display_url", "open_swarm"]
+
+_RUN_TABLE = "workflow_status"
+
+
+class CliError(Exception):
+    """A problem the command reports in one line on stderr, with a non-zero exit status."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def display_url(url: str) -> str:
+    """The database URL as shown to people: a SQLite file's path, or the URL without password."""
+    if url.startswith("sqlite:///"):
+        return url[len("sqlite:///") :]
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url
+
+
+_HOW_TO_PICK = (
+    "Pass --database-url (or set DURABLE_SWARM_DATABASE_URL) to the database your app uses"
+)
+
+
+def check_database(url: str) -> None:
+    """Raise `CliError` unless `url` is an existing run database; create or change nothing."""
+    if url.startswith("sqlite:///"):
+        _check_sqlite(Path(url[len("sqlite:///") :]))
+    else:
+        _check_postgres(url)
+
+
+def _check_sqlite(path: Path) -> None:
+    if not path.is_file():
+        where = "it is a directory" if path.is_dir() else "the file does not exist"
+        raise CliError(
+            f"No run database at {path}: {where}, and nothing was created. {_HOW_TO_PICK} "
+            "(by default `durable_swarm.sqlite` in the directory the app runs in)."
+        )
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        found = db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (_RUN_TABLE,)
+        ).fetchone()
+    except sqlite3.DatabaseError as e:
+        raise CliError(
+            f"{path} is not a run database ({e}); nothing was changed. {_HOW_TO_PICK}."
+        ) from e
+    finally:
+        db.close()
+    if not found:
+        raise CliError(
+            f"{path} is not a run database (it has no DBOS tables); nothing was changed. "
+            f"{_HOW_TO_PICK}."
+        )
+
+
+def _check_postgres(url: str) -> None:
+    import sqlalchemy as sa
+
+    shown = display_url(url)
+    try:
+        address = sa.engine.make_url(url)
+    except Exception as e:
+        raise CliError(f"Malformed database URL {shown!r}: {e}. {_HOW_TO_PICK}.", 2) from e
+    if address.drivername in ("postgresql", "postgres"):
+        address = address.set(drivername="postgresql+psycopg")
+    try:
+        engine = sa.create_engine(address, connect_args={"connect_timeout": 5})
+    except ModuleNotFoundError as e:
+        raise CliError(
+            f"PostgreSQL needs the psycopg driver ({e}): pip install 'durable-swarm[postgres]'."
+        ) from e
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(sa.text(f"SELECT to_regclass('dbos.{_RUN_TABLE}')")).scalar()
+    except Exception as e:
+        cause = " ".join(str(getattr(e, "orig", None) or e).split())
+        missing = re.search(r'database "([^"]+)" does not exist', cause)
+        if missing:
+            raise CliError(
+                f"No run database at {shown}: the server has no database {missing.group(1)!r}, "
+                f"and nothing was created. {_HOW_TO_PICK}."
+            ) from e
+        raise DatabaseUnavailableError(shown, cause) from e
+    finally:
+        engine.dispose()
+    if found is None:
+        raise CliError(
+            f"{shown} is not a run database (it has no DBOS tables); nothing was changed. "
+            f"{_HOW_TO_PICK}."
+        )
+
+
+@contextmanager
+def open_swarm(url: str, *, check: bool = True) -> Iterator[DurableClient]:
+    """A thin client on the existing run database `url` (closed when the block ends).
+    `check=False` skips the existence check."""
+    if check:
+        check_database(url)
+    client = DurableClient(url)  # raises DatabaseUnavailableError
+    try:
+        yield client
+    finally:
+        client.close()

@@ -1,0 +1,231 @@
+"""The `durable-swarm` command: look at and steer durable runs, run the demos, chat.
+
+    durable-swarm runs list [--status S] [--agent A] [--since T] [--until T] [--limit N]
+    durable-swarm runs show RUN_ID [--messages] [--all]
+    durable-swarm runs watch RUN_ID [--interval S] [--timeout S]
+    durable-swarm runs send RUN_ID TEXT
+    durable-swarm runs approve RUN_ID TOOL_CALL_ID
+    durable-swarm runs reject RUN_ID TOOL_CALL_ID [--message M]
+    durable-swarm runs cancel RUN_ID | resume RUN_ID | fork RUN_ID STEP
+    durable-swarm demo [NAME] [ARGS...] | demo --list
+    durable-swarm chat MODULE:AGENT [--stream] [--context JSON] [--session ID]
+
+A thin layer over `DurableSwarm` and `RunInfo`: the database is found as the library finds it
+(`--database-url`, else DURABLE_SWARM_DATABASE_URL, else DBOS_SYSTEM_DATABASE_URL, else
+`durable_swarm.sqlite` in the working directory). `--json` gives stable JSON for programs.
+Colours only on a terminal, and never with NO_COLOR. Exit status: 0 done, 1 error, 2 bad usage,
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from ._cli._chat import cmd_chat
+from ._cli._demo import DEFAULT_DEMO, cmd_demo
+from ._cli._runs import HANDLERS, parse_time
+from ._cli._store import CliError
+from ._cli._style import Style, use_color
+from ._errors import DurableSwarmError
+from .durable._runs import STATUSES
+
+__all__ = ["build_parser", "main"]
+
+PROG = "durable-swarm"
+
+
+def _common(json_output: bool) -> argparse.ArgumentParser:
+    """Options every command accepts, before or after its name."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--database-url",
+        default=argparse.SUPPRESS,
+        metavar="URL",
+        help="the run database: a SQLite file path or postgresql://... (default: "
+        "DURABLE_SWARM_DATABASE_URL, DBOS_SYSTEM_DATABASE_URL, else ./durable_swarm.sqlite)",
+    )
+    parent.add_argument(
+        "--no-color", action="store_true", default=argparse.SUPPRESS, help="no colours"
+    )
+    if json_output:
+        parent.add_argument("--json", action="store_true", help="print JSON for programs")
+    return parent
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {text!r}")
+    return value
+
+
+def _status(text: str) -> str:
+    for status in text.split(","):
+        if status and status not in STATUSES:
+            raise argparse.ArgumentTypeError(
+                f"unknown status {status!r}; choose from {', '.join(STATUSES)}"
+            )
+    return text
+
+
+def _add_runs(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    runs = commands.add_parser(
+        "runs", help="look at and steer durable runs", description="Look at and steer runs."
+    )
+    sub = runs.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    def action(name: str, help_text: str) -> argparse.ArgumentParser:
+        parser = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        parser.set_defaults(handler=HANDLERS[name])
+        return parser
+
+    listing = action("list", "list runs, newest first")
+    listing.add_argument(
+        "--status",
+        action="append",
+        type=_status,
+        metavar="STATUS",
+        help=f"only runs with this status (repeatable or comma-separated): {', '.join(STATUSES)}",
+    )
+    listing.add_argument("--agent", help="only runs on (or ended on) this agent")
+    listing.add_argument(
+        "--since", type=parse_time, metavar="TIME", help="created at or after: ISO time or 2h, 7d"
+    )
+    listing.add_argument(
+        "--until", type=parse_time, metavar="TIME", help="created at or before: ISO time or 30m"
+    )
+    listing.add_argument(
+        "--limit", type=_count, default=50, metavar="N", help="at most N runs (0: all; default 50)"
+    )
+
+    show = action("show", "a run's summary and timeline: model calls, tool calls, handoffs, waits")
+    show.add_argument("run_id", metavar="RUN_ID")
+    show.add_argument("--messages", action="store_true", help="also print the conversation")
+    show.add_argument("--all", action="store_true", help="also show DBOS bookkeeping steps")
+
+    watch = action("watch", "follow a live run: print its steps as they finish, until it ends")
+    watch.add_argument("run_id", metavar="RUN_ID")
+    watch.add_argument(
+        "--interval", type=_positive, default=0.5, metavar="S", help="poll every S seconds"
+    )
+    watch.add_argument(
+        "--timeout", type=_positive, metavar="S", help="give up after S seconds (exit 1)"
+    )
+    watch.add_argument("--all", action="store_true", help="also show DBOS bookkeeping steps")
+
+    send = action("send", "answer the question a run waits on (status waiting_for_input)")
+    send.add_argument("run_id", metavar="RUN_ID")
+    send.add_argument("text", metavar="TEXT")
+    send.add_argument("--by", help="who answers (recorded; default: your user name)")
+
+    approve = action("approve", "approve the tool call a run waits on")
+    approve.add_argument("run_id", metavar="RUN_ID")
+    approve.add_argument("tool_call_id", metavar="TOOL_CALL_ID")
+    approve.add_argument("--by", help="who approves (recorded; default: your user name)")
+
+    reject = action("reject", "reject the tool call a run waits on")
+    reject.add_argument("run_id", metavar="RUN_ID")
+    reject.add_argument("tool_call_id", metavar="TOOL_CALL_ID")
+    reject.add_argument("--message", "-m", help="why: the model reads it as the tool's result")
+    reject.add_argument("--by", help="who rejects (recorded; default: your user name)")
+
+    cancel = action("cancel", "cancel a run: it stops before its next step")
+    cancel.add_argument("run_id", metavar="RUN_ID")
+
+    resume = action("resume", "continue a cancelled or failed run from its last finished step")
+    resume.add_argument("run_id", metavar="RUN_ID")
+
+    fork = action("fork", "start a new run from a run's steps before STEP")
+    fork.add_argument("run_id", metavar="RUN_ID")
+    fork.add_argument("step", type=_count, metavar="STEP", help="the first step to run again")
+    fork.add_argument("--new-run-id", metavar="ID", help="the new run's id (default: a UUID)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command's argument parser."""
+    common = _common(json_output=True)
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Look at and steer durable-swarm runs, run the demos, chat with an agent.",
+        parents=[_common(json_output=False)],
+        epilog="Run `durable-swarm COMMAND --help` for a command's options.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_runs(commands, common)
+
+    demo = commands.add_parser(
+        "demo",
+        parents=[common],
+        help=f"run an example by name (default: {DEFAULT_DEMO}); --list lists them",
+        description="Run an example offline (or with a real model if OPENAI_API_KEY or "
+        "OPENAI_BASE_URL is set). Arguments after NAME go to the example, e.g. "
+        "`durable-swarm demo triage_agent --durable --say 'I want a refund'`.",
+    )
+    demo.add_argument("--list", action="store_true", help="list the demos")
+    demo.add_argument("name", nargs="?", metavar="NAME", help=f"default: {DEFAULT_DEMO}")
+    demo.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="for the example")
+    demo.set_defaults(handler=cmd_demo)
+
+    chat = commands.add_parser(
+        "chat",
+        parents=[common],
+        help="chat with an agent in the terminal; every turn is a durable run",
+        description="Import MODULE (a dotted name or a .py file) and chat with its AGENT; every "
+        "turn is a durable run. Needs a model: OPENAI_API_KEY, or OPENAI_BASE_URL.",
+    )
+    chat.add_argument("target", metavar="MODULE:AGENT")
+    chat.add_argument("--stream", action="store_true", help="print answers as they arrive")
+    chat.add_argument("--context", metavar="JSON", help="initial context_variables (an object)")
+    chat.add_argument("--session", metavar="ID", help="continue this conversation (if supported)")
+    chat.set_defaults(handler=cmd_chat)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command with `argv` (default: the process's arguments); return the exit status."""
+    args = build_parser().parse_args(argv)
+    style = Style(use_color(sys.stdout, getattr(args, "no_color", False)))
+    try:
+        return int(args.handler(args, style) or 0)
+    except CliError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return e.status
+    except DurableSwarmError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`durable-swarm runs list | head`): stop quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception as e:
+        if os.environ.get("DURABLE_SWARM_DEBUG"):
+            raise
+        print(
+            f"{PROG}: error: unexpected {type(e).__name__}: {e} "
+            "(set DURABLE_SWARM_DEBUG=1 to see the traceback)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""Reading and steering runs: one implementation for `DurableSwarm` and `DurableClient`.
+
+Both work through a DBOS *source*: the `DBOS` class itself in a process that runs agents, or a
+`DBOSClient` (wrapped in `ClientSource`) in a thin client that runs nothing. Everything here only
+reads the log or writes messages and commands to the database.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from dbos import SetWorkflowID
+
+from .._errors import DurableSwarmError
+from ._runs import RunInfo, read_run, summarize
+from ._workflow import WAITING_EVENT, WORKFLOW_NAME
+
+__all__ = ["ClientSource", "RunControl"]
+
+# This library's statuses by the DBOS statuses they come from (the waits are PENDING runs).
+_DBOS_STATUSES = {
+    "pending": ["PENDING", "ENQUEUED", "DELAYED"],
+    "waiting_for_input": ["PENDING"],
+    "waiting_for_approval": ["PENDING"],
+    "succeeded": ["SUCCESS"],
+    "failed": ["ERROR", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"],
+    "cancelled": ["CANCELLED"],
+}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def _iso(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else value.isoformat()
+
+
+class ClientSource:
+    """A `DBOSClient` with the few `DBOS` class methods `RunControl` uses that it lacks."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def get_workflow_status(self, run_id: str) -> Any:
+        found = self._client.list_workflows(workflow_ids=[run_id])
+        return found[0] if found else None
+
+    def get_all_events(self, run_id: str) -> dict[str, Any]:
+        return {WAITING_EVENT: self._client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)}
+
+
+class RunControl:
+    """Runs as their log tells them, and the commands that steer them (see `DurableSwarm`)."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def get_run(self, run_id: str) -> RunInfo:
+        """The whole run (raises `RunNotFoundError` for an unknown id)."""
+        return read_run(run_id, self.source)
+
+    def list_runs(
+        self,
+        *,
+        status: str | list[str] | None = None,
+        agent: str | None = None,
+        since: Any = None,
+        until: Any = None,
+        limit: int | None = 100,
+    ) -> list[RunInfo]:
+        """Runs, newest first, filtered by status, agent and creation time."""
+        wanted = [status] if isinstance(status, str) else list(status or [])
+        unknown = [s for s in wanted if s not in _DBOS_STATUSES]
+        if unknown:
+            raise DurableSwarmError(
+                f"Unknown run status {unknown[0]!r}; use one of {', '.join(_DBOS_STATUSES)}."
+            )
+        dbos_statuses = sorted({d for s in wanted for d in _DBOS_STATUSES[s]}) or None
+        exact = not agent and not any(s.startswith("waiting") or s == "pending" for s in wanted)
+        workflows = self.source.list_workflows(
+            name=WORKFLOW_NAME,
+            status=dbos_statuses,
+            start_time=_iso(since),
+            end_time=_iso(until),
+            limit=limit if exact else None,
+            sort_desc=True,
+            load_input=True,
+            load_output=True,
+        )
+        runs = []
+        for wf in workflows:
+            waiting = None
+            if wf.status == "PENDING":
+                waiting = self.source.get_all_events(wf.workflow_id).get(WAITING_EVENT)
+            info = summarize(wf, waiting)
+            if (wanted and info.status not in wanted) or (agent and info.agent != agent):
+                continue
+            runs.append(info)
+            if limit is not None and len(runs) >= limit:
+                break
+        return runs
+
+    # --- the person in the loop ----------------------------------------------------------
+
+    def _waiting(self, run_id: str, kind: str) -> dict[str, Any]:
+        info = self.get_run(run_id)
+        wanted = "waiting_for_input" if kind == "input" else "waiting_for_approval"
+        if info.status != wanted or not info.waiting_for:
+            raise DurableSwarmError(
+                f"Run {run_id!r} is not waiting for {kind} (its status is {info.status!r}); "
+                "nothing was sent. Check get_run(run_id).status and .waiting_for."
+            )
+        return info.waiting_for
+
+    def send_input(self, run_id: str, text: str, *, by: str | None = None) -> None:
+        """Answer the question `run_id` waits on."""
+        self._waiting(run_id, "input")
+        self.source.send(run_id, {"text": str(text), "by": by, "at": _now()}, topic="input")
+
+    def decide(
+        self, run_id: str, tool_call_id: str, approved: bool, message: str | None, by: str | None
+    ) -> None:
+        """Approve or reject the tool call `run_id` waits on (bound to its exact arguments)."""
+        waiting = self._waiting(run_id, "approval")
+        pending = (waiting.get("tool_call") or {}).get("id")
+        if pending != tool_call_id:
+            raise DurableSwarmError(
+                f"Run {run_id!r} waits for approval of tool call {pending!r}, not "
+                f"{tool_call_id!r}; nothing was sent."
+            )
+        decision = {
+            "tool_call_id": tool_call_id,
+            "digest": waiting.get("digest"),
+            "approved": approved,
+            "message": message,
+            "by": by,
+            "at": _now(),
+        }
+        self.source.send(run_id, decision, topic="approval")
+
+    # --- steering ----------------------------------------------------------------------------
+
+    def cancel(self, run_id: str) -> None:
+        """Cancel a run and its sub-agents."""
+        self.get_run(run_id)
+        self.source.cancel_workflow(run_id, cancel_children=True)
+
+    def resume(self, run_id: str) -> str:
+        """Continue a cancelled run, or a failed one from the step that failed."""
+        info = self.get_run(run_id)
+        if info.status == "failed":
+            failed = [s.step for s in info.steps if s.error is not None]
+            self.source.rewind_workflow(run_id, start_step=failed[0] if failed else None)
+        elif info.status == "succeeded":
+            raise DurableSwarmError(
+                f"Run {run_id!r} already succeeded; nothing was changed. To run it again from "
+                "a step, fork it (fork(run_id, step))."
+            )
+        else:
+            self.source.resume_workflow(run_id)
+        return run_id
+
+    def fork(self, run_id: str, step: int, new_run_id: str | None = None) -> str:
+        """A new run copying `run_id`'s steps before `step`; returns its id."""
+        info = self.get_run(run_id)
+        last = max((s.step for s in info.steps), default=0)
+        if step < 1 or step > last + 1:
+            raise DurableSwarmError(
+                f"Cannot fork run {run_id!r} at step {step}: it has steps 1 to {last}; nothing "
+                "was changed. Pick a step in that range (see get_run(run_id).steps)."
+            )
+        if new_run_id:
+            with SetWorkflowID(new_run_id):
+                handle = self.source.fork_workflow(run_id, step)
+        else:
+            handle = self.source.fork_workflow(run_id, step)
+        return str(handle.get_workflow_id())

@@ -1,0 +1,28 @@
+"""Fixtures for the examples' tests: the examples directory on `sys.path` (as the examples put
+it themselves), no real model configured, and output without colour codes."""
+
+from __future__ import annotations
+
+import pytest
+
+from ._helpers import ANSI
+
+_MODEL_ENV = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "EXAMPLES_DURABLE")
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    """Examples use their scripted model: no real model is configured."""
+    for name in (*_MODEL_ENV, "EXAMPLES_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def run_example(capsys):
+    """Call an example's `main(argv)` and return what it printed, without colour codes."""
+
+    def run(main, *argv):
+        main(list(argv))
+        return ANSI.sub("", capsys.readouterr().out)
+
+    return run
