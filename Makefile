@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/durable-swarm demo
+	$(BIN)/durable-swarm demo refund --fresh --show-crash
 
 test: lint typecheck pytest
 

@@ -160,14 +160,17 @@ def _show(message: dict[str, Any]) -> None:
 
 def _answer(question: str, name: str | None) -> str:
     print(f"🤖 {question}", flush=True)
+    if name is None and not sys.stdin.isatty():
+        name = "Ada"  # no one at a terminal to ask (a pipe, CI): answer for them
     if name is not None:
         print(f"🙂 {name}", flush=True)
         return name
-    return input("🙂 ").strip()
+    return input("🙂 ").strip() or "there"
 
 
 def run_refund(swarm: DurableSwarm, run_id: str, name: str | None) -> int:
     """Start (or resume) the refund run `run_id` and follow it to the end."""
+    where = swarm.database_url.removeprefix("sqlite:///")
     try:
         info = swarm.get_run(run_id)
         if info.status == "succeeded":
@@ -195,9 +198,9 @@ def run_refund(swarm: DurableSwarm, run_id: str, name: str | None) -> int:
             while swarm.get_run(run_id).status == "waiting_for_input":
                 time.sleep(0.05)
         elif info.status in ("succeeded", "failed", "cancelled"):
-            print(
-                f"■ Run {run_id} {info.status}; discount: {info.context_variables.get('discount')}%"
-            )
+            discount = info.context_variables.get("discount")
+            print(f"■ Run {run_id} {info.status}; discount: {discount}%")
+            print(f"  Its timeline: durable-swarm runs show {run_id} --database-url {where}")
             return 0 if info.status == "succeeded" else 1
         time.sleep(0.1)
 
