@@ -1,0 +1,189 @@
+"""Shared pieces of the benchmarks: databases to run on, the scenario, worker processes, tables.
+
+Every benchmark runs on a SQLite file in a temporary directory and on a fresh PostgreSQL database
+`bench_<random>` (server from `DURABLE_SWARM_TEST_POSTGRES_URL`, default
+`postgresql://postgres@127.0.0.1:5432/postgres`), created by DBOS at launch and dropped at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import resource
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from durable_swarm import Agent
+from durable_swarm.testing import Reply, ToolCall, calls, text
+
+BENCH_DIR = Path(__file__).resolve().parent
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+RESULT_PREFIX = "RESULT "
+
+
+# --- databases -----------------------------------------------------------------------------
+
+
+def postgres_server_url() -> str:
+    """The PostgreSQL server the tests use (its maintenance database)."""
+    return os.environ.get("DURABLE_SWARM_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
+
+
+def _with_database(url: str, database: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+def _postgres_reachable(url: str) -> str | None:
+    """None if PostgreSQL answers at `url`, else why not."""
+    try:
+        import psycopg
+
+        with psycopg.connect(url, connect_timeout=3):
+            return None
+    except Exception as e:
+        return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e) else ''}"
+
+
+def _drop_postgres_database(server_url: str, database: str) -> None:
+    import psycopg
+
+    with psycopg.connect(server_url, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def databases(*, postgres: bool = True) -> Iterator[list[tuple[str, str]]]:
+    """`[(label, url), ...]`: a temporary SQLite file, and a fresh PostgreSQL database if the
+    server is reachable (otherwise a note is printed). Both are removed on exit."""
+    dbs: list[tuple[str, str]] = []
+    with tempfile.TemporaryDirectory(prefix="durable-swarm-bench-") as tmp:
+        dbs.append(("sqlite", "sqlite:///" + str(Path(tmp) / "bench.sqlite")))
+        server = postgres_server_url()
+        database = f"bench_{secrets.token_hex(4)}"
+        if postgres:
+            problem = _postgres_reachable(server)
+            if problem is None:
+                dbs.append(("postgres", _with_database(server, database)))
+            else:
+                print(f"note: PostgreSQL skipped, {server} unreachable ({problem})")
+        try:
+            yield dbs
+        finally:
+            if any(label == "postgres" for label, _ in dbs):
+                _drop_postgres_database(server, database)
+
+
+# --- the scenario ----------------------------------------------------------------------------
+
+
+async def lookup(i: int) -> str:
+    """A tool that does nothing but answer (async, so no worker-thread hop is measured)."""
+    return f"result {i}: " + "x" * 40
+
+
+def make_agent() -> Agent:
+    """The benchmark agent; defined the same way in every process (recovery finds it by name)."""
+    return Agent(name="bench", model="bench-model", instructions="Answer.", functions=[lookup])
+
+
+def tool_script(tool_steps: int) -> Any:
+    """A stateless script: the model calls `lookup` until `tool_steps` tool results are in the
+    conversation, then answers. A run makes `tool_steps + 1` model calls."""
+
+    def script(messages: list[dict[str, Any]], tools: Any) -> Reply:
+        done = sum(1 for m in messages if m.get("role") == "tool")
+        if done < tool_steps:
+            return calls(ToolCall("lookup", {"i": done}))
+        return text(f"Done after {done} lookups.")
+
+    return script
+
+
+def check_response(response: Any, tool_steps: int) -> None:
+    """A run ended as the scenario says (a benchmark of broken runs would measure nothing)."""
+    last = response.messages[-1]["content"]
+    if last != f"Done after {tool_steps} lookups.":
+        raise RuntimeError(f"unexpected final message {last!r}")
+
+
+def make_async_client(base_url: str, http: str = "httpx", *, max_retries: int = 2) -> Any:
+    """`openai.AsyncOpenAI` for the fake server, on openai's default httpx transport or on aiohttp
+    (`openai.DefaultAioHttpClient`, needs `openai[aiohttp]`)."""
+    import openai
+
+    kwargs: dict[str, Any] = {"max_retries": max_retries, "timeout": 3600}
+    if http == "aiohttp":
+        kwargs["http_client"] = openai.DefaultAioHttpClient(timeout=3600)
+    return openai.AsyncOpenAI(base_url=base_url, api_key="fake-key", **kwargs)
+
+
+def aiohttp_available() -> bool:
+    """Whether openai's aiohttp transport (`openai[aiohttp]`, i.e. httpx-aiohttp) is installed."""
+    return importlib.util.find_spec("httpx_aiohttp") is not None
+
+
+# --- measuring -----------------------------------------------------------------------------
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far (getrusage ru_maxrss, KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def current_rss_mb() -> float:
+    """Resident set size now (from /proc/self/statm)."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+# --- worker processes ----------------------------------------------------------------------
+
+
+def emit(result: dict[str, Any]) -> None:
+    """Report a worker's result to the parent (one JSON line on stdout)."""
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+def run_worker(script: str, args: Sequence[str], *, timeout: float = 1800) -> dict[str, Any]:
+    """Run `python benchmarks/<script> <args>` and return the result it `emit`ted."""
+    cmd = [sys.executable, str(BENCH_DIR / script), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line[len(RESULT_PREFIX) :])  # type: ignore[no-any-return]
+    raise RuntimeError(
+        f"worker {' '.join(args)} failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    )
+
+
+# --- output --------------------------------------------------------------------------------
+
+
+def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A plain text table; floats get 2 decimals unless already formatted."""
+    cells = [[f"{c:.2f}" if isinstance(c, float) else str(c) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    print(f"\n{title}")
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for row in cells:
+        print(
+            "  ".join(
+                c.rjust(w) if i else c.ljust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )

@@ -1,0 +1,188 @@
+"""What one checkpoint costs: a durable run against the same run in memory and a bare DBOS workflow.
+
+The model is the in-process `AsyncScriptedClient` (no HTTP, no latency), so the figures are our
+overhead only. Scenario: the model calls a tool K times (default 10), one call per turn, then
+answers: K + 1 model calls and K tool calls, i.e. 2K + 1 effects (steps when durable).
+
+Per run (median of many sequential runs, after a warm-up), on SQLite and on PostgreSQL:
+  * memory:  `Swarm.arun`, per effect = time / effects;
+  * durable: `DurableSwarm.arun`, per checkpoint = (durable - memory) / steps;
+  * bare:    a bare DBOS workflow (same config, same JSON serializer, same input) running as many
+             `DBOS.run_step_async` steps, each returning the output a durable step recorded;
+             per step = time / steps.
+The goal is durable per checkpoint <= 1.25 x bare per step. Kinds are interleaved round by round,
+so machine noise hits them alike.
+
+    .venv/bin/python benchmarks/overhead.py            # 200 runs of each kind per database
+    .venv/bin/python benchmarks/overhead.py --quick    # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from _common import check_response, databases, make_agent, median, print_table, tool_script
+from dbos import DBOS
+
+from durable_swarm import DurableSwarm, Swarm
+from durable_swarm.durable import shutdown
+from durable_swarm.testing import AsyncScriptedClient
+
+MESSAGES = [{"role": "user", "content": "Look things up, please."}]
+
+# What the bare workflow replays: the step outputs (and result) of one recorded durable run.
+PLAN: dict[str, Any] = {"steps": [], "result": None}
+
+
+@DBOS.workflow(name="bench.bare")
+async def bare_workflow(spec: dict[str, Any]) -> Any:
+    """As many steps as a durable run, each returning what the durable step returned."""
+    for name, output in PLAN["steps"]:
+
+        async def step(output: dict[str, Any] = output) -> dict[str, Any]:
+            return output
+
+        await DBOS.run_step_async({"name": name}, step)
+    return PLAN["result"]
+
+
+@DBOS.workflow(name="bench.empty")
+async def empty_workflow(spec: dict[str, Any]) -> Any:
+    """No steps: the fixed cost of starting and finishing a workflow."""
+    return PLAN["result"]
+
+
+async def start_bare(workflow: Any, spec: dict[str, Any]) -> Any:
+    handle = await DBOS.start_workflow_async(workflow, spec)
+    return await handle.get_result()
+
+
+def record_plan(swarm: DurableSwarm, run_id: str) -> tuple[dict[str, Any], int]:
+    """Fill PLAN from a finished durable run; returns its input spec and its number of steps."""
+    status = DBOS.get_workflow_status(run_id)
+    assert status is not None
+    steps = [(f"{s.kind}:{s.name}", s.output) for s in swarm.get_run(run_id).steps]
+    PLAN["steps"], PLAN["result"] = steps, status.output
+    return status.input["args"][0], len(steps)
+
+
+async def timed(run: Callable[[], Awaitable[Any]]) -> float:
+    start = time.perf_counter()
+    await run()
+    return time.perf_counter() - start
+
+
+async def measure_database(url: str, tool_steps: int, runs: int, warmup: int) -> dict[str, Any]:
+    """Median seconds per run of each kind on one database (interleaved rounds)."""
+    script = tool_script(tool_steps)
+    agent = make_agent()
+    memory = Swarm(client=AsyncScriptedClient(script))
+    durable = DurableSwarm(client=AsyncScriptedClient(script), database_url=url).launch()
+
+    first = await durable.arun(agent, MESSAGES, run_id="bench-plan")
+    check_response(first, tool_steps)
+    spec, steps = await asyncio.to_thread(record_plan, durable, "bench-plan")
+    effects = 2 * tool_steps + 1
+    assert steps == effects, f"expected {effects} steps, the durable run logged {steps}"
+
+    async def run_memory() -> None:
+        check_response(await memory.arun(agent, MESSAGES), tool_steps)
+
+    async def run_durable() -> None:
+        check_response(await durable.arun(agent, MESSAGES), tool_steps)
+
+    kinds: dict[str, Callable[[], Awaitable[Any]]] = {
+        "memory": run_memory,
+        "durable": run_durable,
+        "bare": lambda: start_bare(bare_workflow, spec),
+        "empty": lambda: start_bare(empty_workflow, spec),
+    }
+    times: dict[str, list[float]] = {kind: [] for kind in kinds}
+    order = list(kinds)
+    for round_ in range(warmup + runs):
+        order = order[1:] + order[:1]  # rotate, so no kind always follows the same one
+        for kind in order:
+            elapsed = await timed(kinds[kind])
+            if round_ >= warmup:
+                times[kind].append(elapsed)
+        if round_ % 20 == 0:
+            gc.collect()  # keep full collections out of the timed runs as much as possible
+    return {"steps": steps, **{kind: median(values) for kind, values in times.items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run (few runs)")
+    parser.add_argument("--runs", type=int, help="measured runs of each kind per database")
+    parser.add_argument("--tool-steps", type=int, default=10, help="tool calls per run (K)")
+    parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    args = parser.parse_args()
+    runs = args.runs or (15 if args.quick else 200)
+    warmup = 3 if args.quick else 20
+
+    results: dict[str, dict[str, Any]] = {}
+    with databases(postgres=not args.no_postgres) as dbs:
+        for label, url in dbs:
+            results[label] = asyncio.run(measure_database(url, args.tool_steps, runs, warmup))
+            shutdown()  # DBOS is one per process: stop it before launching on the next database
+
+    k = args.tool_steps
+    print(
+        f"\nScenario: {k} tool calls, {k + 1} model calls = {2 * k + 1} effects per run; "
+        f"median of {runs} runs each (after {warmup} warm-up rounds), kinds interleaved."
+    )
+    print_table(
+        "Per run (ms)",
+        ["database", "memory", "durable", f"bare ({2 * k + 1} steps)", "bare (0 steps)"],
+        [
+            [db, r["memory"] * 1e3, r["durable"] * 1e3, r["bare"] * 1e3, r["empty"] * 1e3]
+            for db, r in results.items()
+        ],
+    )
+    rows = []
+    for db, r in results.items():
+        n = r["steps"]
+        per_checkpoint = (r["durable"] - r["memory"]) / n
+        per_bare = r["bare"] / n
+        # The same, without the fixed cost of a workflow (start + finish), per step only.
+        marginal = (r["durable"] - r["memory"] - r["empty"]) / n
+        marginal_bare = (r["bare"] - r["empty"]) / n
+        rows.append(
+            [
+                db,
+                f"{r['memory'] / n * 1e3:.3f}",
+                f"{per_checkpoint * 1e3:.3f}",
+                f"{per_bare * 1e3:.3f}",
+                f"{per_checkpoint / per_bare:.2f}x",
+                f"{marginal * 1e3:.3f}",
+                f"{marginal_bare * 1e3:.3f}",
+                f"{marginal / marginal_bare:.2f}x",
+            ]
+        )
+    print_table(
+        "Per checkpoint (ms); goal: durable/bare <= 1.25x",
+        [
+            "database",
+            "memory/effect",
+            "durable/ckpt",
+            "bare/step",
+            "durable/bare",
+            "ckpt w/o wf",
+            "step w/o wf",
+            "ratio w/o wf",
+        ],
+        rows,
+    )
+    print(
+        "\ndurable/ckpt = (durable - memory) / steps; bare/step = bare / steps. "
+        "'w/o wf' subtracts the 0-step workflow (start + finish) from both first."
+    )
+
+
+if __name__ == "__main__":
+    main()
