@@ -1,13 +1,15 @@
-"""Running a coroutine to completion from synchronous code, inside or outside an event loop."""
+"""Blocking calls from code that may run inside an event loop."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Awaitable
-from typing import TypeVar
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def run_coroutine(awaitable: Awaitable[T]) -> T:
@@ -16,9 +18,22 @@ def run_coroutine(awaitable: Awaitable[T]) -> T:
     async def _await() -> T:
         return await awaitable
 
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(_await())
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, _await()).result()
+    result: T = off_event_loop(asyncio.run)(_await())
+    return result
+
+
+def off_event_loop(method: F) -> F:
+    """Make a blocking method callable from inside a running event loop: there it runs on a
+    worker thread (DBOS refuses its blocking calls on an event loop's thread). It still blocks
+    its caller, as any synchronous call does."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return method(*args, **kwargs)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(method, *args, **kwargs).result()
+
+    return wrapper  # type: ignore[return-value]

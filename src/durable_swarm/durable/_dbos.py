@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections.abc import Sequence
@@ -127,13 +128,40 @@ def ensure_launched(
         if queues is not None:
             DBOS.listen_queues(list(queues))
         try:
-            DBOS.launch()
+            _launch_outside_event_loop()
         except Exception as e:
             if _owned:
                 DBOS.destroy()
                 _owned = False
             raise DatabaseUnavailableError(database_url, f"{type(e).__name__}: {e}") from e
         _launched_url = database_url
+
+
+def _launch_outside_event_loop() -> None:
+    """`DBOS.launch()`, never tied to the caller's event loop.
+
+    Launched inside a running loop, DBOS would run every workflow started from sync code (and
+    every recovered one) on that loop, which breaks once it closes (`asyncio.run` returns, a test
+    ends). Launching from a plain thread keeps them on DBOS's own background loop.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        DBOS.launch()
+        return
+    errors: list[BaseException] = []
+
+    def launch() -> None:
+        try:
+            DBOS.launch()
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=launch, name="durable-swarm-launch")
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
 
 
 def shutdown() -> None:

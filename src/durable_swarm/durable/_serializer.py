@@ -47,10 +47,14 @@ def _encode(value: Any) -> Any:
         return [_encode(v) for v in value]
     if isinstance(value, BaseException):
         fields = value._kwargs() if isinstance(value, DurableSwarmError) else {}
+        message = str(value)
+        causes = getattr(value, "errors", None)  # DBOS's retries-exhausted error keeps them
+        if isinstance(causes, list) and causes and isinstance(causes[-1], BaseException):
+            message += f" (last error: {type(causes[-1]).__name__}: {causes[-1]})"
         return {
             "__error__": {
                 "type": f"{type(value).__module__}.{type(value).__qualname__}",
-                "message": str(value),
+                "message": message,
                 "fields": _encode(fields),
             }
         }

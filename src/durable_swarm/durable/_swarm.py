@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
+import queue
+import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from dbos import DBOS, SetWorkflowID
 
+from .._aio import off_event_loop
 from .._errors import AgentNotFoundError, DurableSwarmError
 from ..types import Agent, Response
 from . import _dbos
@@ -46,6 +49,28 @@ def _response(run_id: str, output: dict[str, Any]) -> Response:
     )
 
 
+def _through_thread(produce: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+    """Iterate `produce()` on a helper thread (for blocking reads inside an event loop)."""
+    items: queue.Queue[tuple[str, Any]] = queue.Queue()
+
+    def pump() -> None:
+        try:
+            for item in produce():
+                items.put(("item", item))
+        except BaseException as e:
+            items.put(("error", e))
+        items.put(("end", None))
+
+    threading.Thread(target=pump, name="durable-swarm-events", daemon=True).start()
+    while True:
+        kind, value = items.get()
+        if kind == "end":
+            return
+        if kind == "error":
+            raise value
+        yield value
+
+
 def _events(items: Iterator[Any]) -> Iterator[dict[str, Any]]:
     for item in items:
         if isinstance(item, dict) and "event" in item:
@@ -62,6 +87,7 @@ class RunHandle:
     def __repr__(self) -> str:
         return f"RunHandle(run_id={self.run_id!r})"
 
+    @off_event_loop
     def result(self) -> Response:
         """Wait for the run to finish and return its `Response` (raises the run's error)."""
         handle = self._handle or DBOS.retrieve_workflow(self.run_id)
@@ -79,6 +105,7 @@ class RunHandle:
         HOST.forget(self.run_id)
         return response
 
+    @off_event_loop
     def info(self) -> RunInfo:
         """The run as its log tells it now (see `DurableSwarm.get_run`)."""
         return read_run(self.run_id)
@@ -93,11 +120,19 @@ class RunHandle:
 
         Works from any process and after a reconnect: events are read from the database. If a
         process died in the middle of a streamed turn, that turn starts again with a new
-        `{"delim": "start"}` once the run resumes.
+        `{"delim": "start"}` once the run resumes. Iterating inside a running event loop works
+        too (the database is read on a helper thread); `aevents` is the async way.
         """
-        yield from _events(
-            DBOS.read_stream(self.run_id, EVENTS_STREAM, polling_interval_sec=_POLL_SECONDS)
-        )
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            yield from self._events()
+            return
+        yield from _through_thread(self._events)
+
+    def _events(self) -> Iterator[dict[str, Any]]:
+        stream = DBOS.read_stream(self.run_id, EVENTS_STREAM, polling_interval_sec=_POLL_SECONDS)
+        yield from _events(stream)
         yield {"response": self.result()}
 
     async def aevents(self) -> AsyncIterator[dict[str, Any]]:
@@ -190,6 +225,7 @@ class DurableSwarm:
         }
         return run_id, spec
 
+    @off_event_loop
     def start(
         self,
         agent: Agent,
@@ -264,6 +300,7 @@ class DurableSwarm:
             handle = await DBOS.start_workflow_async(run_workflow, spec)
         return RunHandle(run_id, handle)
 
+    @off_event_loop
     def run(
         self,
         agent: Agent,
@@ -299,6 +336,25 @@ class DurableSwarm:
         )
         return handle.events() if stream else handle.result()
 
+    def run_and_stream(
+        self,
+        agent: Agent,
+        messages: list[dict[str, Any]],
+        context_variables: dict[str, Any] | None = None,
+        model_override: str | None = None,
+        debug: bool = False,
+        max_turns: float = float("inf"),
+        execute_tools: bool = True,
+        *,
+        run_id: str | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """`run(..., stream=True)` (Swarm's name for it)."""
+        events: Iterator[dict[str, Any]] = self.run(
+            agent, messages, context_variables, model_override, True, debug, max_turns,
+            execute_tools, run_id=run_id,
+        )  # fmt: skip
+        return events
+
     async def arun(
         self,
         agent: Agent,
@@ -332,6 +388,7 @@ class DurableSwarm:
 
     # --- looking at runs -----------------------------------------------------------------
 
+    @off_event_loop
     def handle(self, run_id: str) -> RunHandle:
         """A handle on an existing run (raises `RunNotFoundError` for an unknown id)."""
         self.get_run(run_id)
@@ -343,6 +400,7 @@ class DurableSwarm:
         self.launch()
         return RunControl(DBOS)
 
+    @off_event_loop
     def get_run(self, run_id: str) -> RunInfo:
         """The run as its log tells it: status, current agent, messages, context, steps, and
         what it waits for. Raises `RunNotFoundError` for an unknown id."""
@@ -354,6 +412,7 @@ class DurableSwarm:
         """`get_run` for async code."""
         return await asyncio.to_thread(self.get_run, run_id)
 
+    @off_event_loop
     def list_runs(
         self,
         *,
@@ -372,17 +431,20 @@ class DurableSwarm:
 
     # --- the person in the loop ----------------------------------------------------------
 
+    @off_event_loop
     def send_input(self, run_id: str, text: str, *, by: str | None = None) -> None:
         """Answer the question a run waits on (`waiting_for_input`); the run resumes in
         whichever process holds it (or at the next launch if none does). A run that is not
         waiting for input raises `DurableSwarmError` and nothing is sent."""
         self.runs.send_input(run_id, text, by=by)
 
+    @off_event_loop
     def approve(self, run_id: str, tool_call_id: str, *, by: str | None = None) -> None:
         """Approve the tool call a run waits on; it runs with exactly the arguments shown in
         `get_run(run_id).waiting_for`. The decision, who and when are recorded in the run."""
         self.runs.decide(run_id, tool_call_id, True, None, by)
 
+    @off_event_loop
     def reject(
         self,
         run_id: str,
@@ -410,10 +472,12 @@ class DurableSwarm:
 
     # --- steering runs -------------------------------------------------------------------
 
+    @off_event_loop
     def cancel(self, run_id: str) -> None:
         """Cancel a run and its sub-agents: they stop at their next step, status `cancelled`."""
         self.runs.cancel(run_id)
 
+    @off_event_loop
     def resume(self, run_id: str) -> RunHandle:
         """Continue a `cancelled` or `failed` run from its last finished step.
 
@@ -422,6 +486,7 @@ class DurableSwarm:
         """
         return RunHandle(self.runs.resume(run_id))
 
+    @off_event_loop
     def fork(self, run_id: str, step: int, *, new_run_id: str | None = None) -> RunHandle:
         """A new run that copies `run_id`'s steps before `step` and runs the rest again."""
         return RunHandle(self.runs.fork(run_id, step, new_run_id))

@@ -26,7 +26,7 @@ from .._errors import AgentNotFoundError, DurableSwarmError, ToolResultNotSerial
 from ..handoffs import AfterWork, AfterWorkOption
 from ..human import arguments_digest
 from ..loop import ModelCall, ToolCall, Transition, WaitForInput, turn_loop
-from ..runtime import adrive
+from ..runtime import _debug_tool, adrive
 from ..subagents import delegation_task, final_answer, is_delegation
 from ..tools import (
     ToolOutcome,
@@ -240,6 +240,7 @@ class DurableRuntime:
 
     async def acall_tool(self, effect: ToolCall) -> ToolOutcome:
         name = effect.call["function"]["name"]
+        _debug_tool(effect)  # Swarm's debug lines, as the in-memory runtime prints them
         if effect.function is None:
             return unknown_tool(effect.call, effect.context_variables)
         if is_delegation(effect.function):
@@ -248,9 +249,15 @@ class DurableRuntime:
 
         async def tool_step() -> dict[str, Any]:
             key = f"{self.run_id}:{DBOS.step_id}"
-            outcome = await execute_tool_async(
-                function, effect.call, effect.context_variables, idempotency_key=key
-            )
+            try:
+                outcome = await execute_tool_async(
+                    function, effect.call, effect.context_variables, idempotency_key=key
+                )
+            except (KeyboardInterrupt, SystemExit) as e:  # would stop DBOS's event loop
+                raise DurableSwarmError(
+                    f"Tool {name!r} in run {self.run_id!r} raised {type(e).__name__}; the run "
+                    "failed at this step. Fix the tool, then resume(run_id)."
+                ) from None
             if is_agent(outcome.agent):
                 HOST.remember(self.run_id, outcome.agent)
             payload = {
