@@ -213,15 +213,28 @@ def function_schema(func: Callable[..., Any]) -> dict[str, Any]:
     }
 
 
-def model_tool_schema(func: Callable[..., Any]) -> dict[str, Any]:
-    """`function_schema` without the parameters the library injects (what the model sees)."""
+@functools.lru_cache(maxsize=4096)
+def _model_schema_json(func: Callable[..., Any], name: str | None, description: str | None) -> str:
+    """`model_tool_schema` as JSON, cached per function (and its `@tool` name/description): it
+    is asked for at every model call, and reading signatures and type hints is not cheap."""
     schema = function_schema(func)
     params = schema["function"]["parameters"]
-    for name in INJECTED:
-        params["properties"].pop(name, None)
-        if name in params["required"]:
-            params["required"].remove(name)
-    return schema
+    for injected in INJECTED:
+        params["properties"].pop(injected, None)
+        if injected in params["required"]:
+            params["required"].remove(injected)
+    return json.dumps(schema)
+
+
+def model_tool_schema(func: Callable[..., Any]) -> dict[str, Any]:
+    """`function_schema` without the parameters the library injects (what the model sees)."""
+    spec = tool_spec(func)
+    try:
+        cached = _model_schema_json(func, spec.name, spec.description)
+    except TypeError:  # an unhashable callable: no cache
+        cached = _model_schema_json.__wrapped__(func, spec.name, spec.description)
+    result: dict[str, Any] = json.loads(cached)
+    return result
 
 
 _ARGS_CONFIG = ConfigDict(coerce_numbers_to_str=True)
