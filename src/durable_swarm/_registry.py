@@ -26,15 +26,22 @@ def _callable_name(obj: Any) -> str:
     return f"{module}.{qualname}" if qualname else repr(obj)
 
 
+def _describe(instructions: Any) -> str:
+    """Instructions as text that is the same in every process (never a memory address)."""
+    if isinstance(instructions, str):
+        return instructions
+    content = getattr(instructions, "content", None)  # UpdateSystemMessage
+    if content is not None:
+        return _describe(content)
+    return _callable_name(instructions)
+
+
 def fingerprint(agent: Any) -> str:
     """A short, stable hash of an agent's definition: instructions, function names, model."""
-    instructions = agent.instructions
     definition = {
         "name": agent.name,
         "model": agent.model,
-        "instructions": instructions
-        if isinstance(instructions, str)
-        else _callable_name(instructions),
+        "instructions": _describe(agent.instructions),
         "functions": [getattr(f, "__name__", repr(f)) for f in agent.functions],
         "skills": [getattr(s, "name", repr(s)) for s in getattr(agent, "skills", None) or []],
     }

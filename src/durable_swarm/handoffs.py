@@ -69,6 +69,25 @@ _ALLOWED_NODES = (
     ast.Constant,
 )
 _VARIABLE = re.compile(r"\$\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}")
+_STRING = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
+
+
+def _to_python(expression: str) -> str:
+    """`expression` in Python syntax; quoted strings are kept exactly as written."""
+    pieces, start = [], 0
+    for literal in _STRING.finditer(expression):
+        pieces += [_operators(expression[start : literal.start()]), literal.group()]
+        start = literal.end()
+    return "".join([*pieces, _operators(expression[start:])])
+
+
+def _operators(code: str) -> str:
+    """Variables and the `&`/`|`/`!`/`true`/`false` spellings of code outside strings."""
+    code = _VARIABLE.sub(lambda m: f"__ctx_{m.group(1)}", code)
+    code = re.sub(r"(?<![=!<>])!(?!=)", " not ", code)
+    code = code.replace("&&", " and ").replace("||", " or ")
+    code = code.replace("&", " and ").replace("|", " or ")
+    return re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", code))
 
 
 class ContextExpression:
@@ -87,14 +106,9 @@ class ContextExpression:
                 f"ContextExpression needs a non-empty string, got {expression!r}."
             )
         self.expression = expression
-        self.variables = sorted(set(_VARIABLE.findall(expression)))
-        python = _VARIABLE.sub(lambda m: f"__ctx_{m.group(1)}", expression)
-        python = re.sub(r"(?<![=!<>])!(?!=)", " not ", python)
-        python = python.replace("&&", " and ").replace("||", " or ")
-        python = python.replace("&", " and ").replace("|", " or ")
-        python = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", python))
+        self.variables = sorted(set(_VARIABLE.findall(_STRING.sub("", expression))))
         try:
-            tree = ast.parse(python.strip(), mode="eval")
+            tree = ast.parse(_to_python(expression).strip(), mode="eval")
         except SyntaxError as e:
             raise ContextExpressionError(
                 f"Malformed ContextExpression {expression!r}: {e.msg}. Write variables as "

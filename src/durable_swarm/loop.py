@@ -255,18 +255,21 @@ def _after_work(state: RunState, swarm_after_work: Any) -> tuple[Any, str, str]:
 
 
 def _hand_over(
-    state: RunState, target: Any, rule: str, reason: str
+    state: RunState, target: Any, rule: str, reason: str, turns_left: bool = True
 ) -> Generator[Effect, Any, bool]:
-    """Move the run on to `target` (agent, name, option or callable); False ends the run."""
+    """Move the run on to `target` (agent, name, option or callable); False ends the run.
+    Once `max_turns` is spent (`turns_left` false) nobody is asked for input any more."""
     if target is None:
         return rule == "tool"
     if isinstance(target, str):
         target = _find_agent(state, target)
     if not is_agent(target) and not isinstance(target, AfterWorkOption) and callable(target):
         target = call_flexibly(target, state.agent, state.history, state.context)
-        return (yield from _hand_over(state, target, rule, reason))
+        return (yield from _hand_over(state, target, rule, reason, turns_left))
     if isinstance(target, AfterWorkOption):
         yield Transition(state.agent.name, None, rule, f"{target.value} ({reason})")
+        if target is AfterWorkOption.REVERT_TO_USER and not turns_left:
+            return False
         if target is AfterWorkOption.REVERT_TO_USER:
             last = state.history[-1].get("content") if state.history else ""
             answer = yield WaitForInput("input", state.agent, prompt=str(last or ""))
@@ -318,7 +321,8 @@ def turn_loop(
             rule, reason = "tool", f"function {tool} returned it"
         else:
             target, rule, reason = _after_work(state, after_work)
-        if not (yield from _hand_over(state, target, rule, reason)):
+        turns_left = len(state.history) - init_len < max_turns
+        if not (yield from _hand_over(state, target, rule, reason, turns_left)):
             debug_print(debug, "Ending turn.")
             break
     return Response(

@@ -33,6 +33,13 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
+def _answer_key(run_id: str, waiting: dict[str, Any]) -> str | None:
+    """One answer per wait: a second answer to the same question is dropped by DBOS instead of
+    answering the run's next question."""
+    wait_id = waiting.get("wait_id")
+    return f"{run_id}:answer:{wait_id}" if wait_id is not None else None
+
+
 def _iso(value: Any) -> str | None:
     if value is None:
         return None
@@ -123,8 +130,9 @@ class RunControl:
 
     def send_input(self, run_id: str, text: str, *, by: str | None = None) -> None:
         """Answer the question `run_id` waits on."""
-        self._waiting(run_id, "input")
-        self.source.send(run_id, {"text": str(text), "by": by, "at": _now()}, topic="input")
+        waiting = self._waiting(run_id, "input")
+        message = {"text": str(text), "by": by, "at": _now()}
+        self.source.send(run_id, message, "input", idempotency_key=_answer_key(run_id, waiting))
 
     def decide(
         self, run_id: str, tool_call_id: str, approved: bool, message: str | None, by: str | None
@@ -145,7 +153,7 @@ class RunControl:
             "by": by,
             "at": _now(),
         }
-        self.source.send(run_id, decision, topic="approval")
+        self.source.send(run_id, decision, "approval", idempotency_key=_answer_key(run_id, waiting))
 
     # --- steering ----------------------------------------------------------------------------
 

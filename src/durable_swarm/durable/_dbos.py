@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import dbos._dbos as dbos_internals
 from dbos import DBOS
@@ -28,6 +28,8 @@ DEFAULT_SQLITE_FILE = "durable_swarm.sqlite"
 # (not the library's or the app's code): upgrading either never orphans runs in flight.
 APPLICATION_VERSION = f"durable-swarm-log-v{SCHEMA_VERSION}"
 APP_NAME = "durable_swarm"
+
+T = TypeVar("T")
 
 _lock = threading.RLock()
 _launched_url: str | None = None
@@ -162,6 +164,17 @@ def _launch_outside_event_loop() -> None:
     thread.join()
     if errors:
         raise errors[0]
+
+
+def on_dbos_loop(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run `coroutine` on DBOS's own event loop and wait for it (from synchronous code).
+
+    A sync `DBOS.start_workflow` of an async workflow keeps one of DBOS's executor threads busy
+    for the whole run, waits included; started from DBOS's loop, the run is a task there and
+    holds no thread. (DBOS exposes no public call for this: it is its background loop.)
+    """
+    result: T = _instance()._background_event_loop.submit_coroutine(coroutine)
+    return result
 
 
 def shutdown() -> None:

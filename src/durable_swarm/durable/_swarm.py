@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import inspect
 import queue
 import threading
 import uuid
@@ -49,6 +48,12 @@ def _response(run_id: str, output: dict[str, Any]) -> Response:
     )
 
 
+async def _start(run_id: str, spec: dict[str, Any]) -> Any:
+    """Start the run's workflow on the running event loop: it is a task there, not a thread."""
+    with SetWorkflowID(run_id):
+        return await DBOS.start_workflow_async(run_workflow, spec)
+
+
 def _through_thread(produce: Callable[[], Iterator[Any]]) -> Iterator[Any]:
     """Iterate `produce()` on a helper thread (for blocking reads inside an event loop)."""
     items: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -80,9 +85,10 @@ def _events(items: Iterator[Any]) -> Iterator[dict[str, Any]]:
 class RunHandle:
     """A durable run started with `DurableSwarm.start`: its id, result, status and events."""
 
-    def __init__(self, run_id: str, handle: Any = None) -> None:
+    def __init__(self, run_id: str, handle: Any = None, *, on_loop: Any = None) -> None:
         self.run_id = run_id
-        self._handle = handle
+        self._handle = handle  # the workflow's task on the caller's event loop (astart)
+        self._on_loop = on_loop  # ... or on DBOS's own event loop (start)
 
     def __repr__(self) -> str:
         return f"RunHandle(run_id={self.run_id!r})"
@@ -90,17 +96,20 @@ class RunHandle:
     @off_event_loop
     def result(self) -> Response:
         """Wait for the run to finish and return its `Response` (raises the run's error)."""
-        handle = self._handle or DBOS.retrieve_workflow(self.run_id)
-        response = _response(self.run_id, handle.get_result(polling_interval_sec=_POLL_SECONDS))
+        if self._on_loop is not None:
+            waiting = self._on_loop.get_result(polling_interval_sec=_POLL_SECONDS)
+            output = _dbos.on_dbos_loop(waiting)
+        else:  # read through the database
+            handle: Any = DBOS.retrieve_workflow(self.run_id)
+            output = handle.get_result(polling_interval_sec=_POLL_SECONDS)
+        response = _response(self.run_id, output)
         HOST.forget(self.run_id)
         return response
 
     async def aresult(self) -> Response:
         """`result` for async code."""
         handle = self._handle or await DBOS.retrieve_workflow_async(self.run_id)
-        output: Any = handle.get_result(polling_interval_sec=_POLL_SECONDS)
-        if inspect.isawaitable(output):
-            output = await output
+        output: Any = await handle.get_result(polling_interval_sec=_POLL_SECONDS)
         response = _response(self.run_id, output)
         HOST.forget(self.run_id)
         return response
@@ -261,9 +270,7 @@ class DurableSwarm:
         )
         if DBOS.get_workflow_status(run_id) is not None:
             return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
-        with SetWorkflowID(run_id):
-            handle = DBOS.start_workflow(run_workflow, spec)
-        return RunHandle(run_id, handle)
+        return RunHandle(run_id, on_loop=_dbos.on_dbos_loop(_start(run_id, spec)))
 
     async def astart(
         self,
@@ -296,9 +303,7 @@ class DurableSwarm:
         )
         if await DBOS.get_workflow_status_async(run_id) is not None:
             return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
-        with SetWorkflowID(run_id):
-            handle = await DBOS.start_workflow_async(run_workflow, spec)
-        return RunHandle(run_id, handle)
+        return RunHandle(run_id, await _start(run_id, spec))
 
     @off_event_loop
     def run(

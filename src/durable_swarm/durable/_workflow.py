@@ -152,6 +152,7 @@ class DurableRuntime:
         # id(call) -> child handle or error message; calls live in the history, so ids stay unique
         self._children: dict[int, Any] = {}
         self._child_count = 0
+        self._waits = 0  # numbers this run's waits (the same again on replay)
 
     async def acall_model(self, effect: ModelCall) -> dict[str, Any]:
         sender = effect.agent.name
@@ -201,7 +202,9 @@ class DurableRuntime:
         """A durable wait for the person: published as the run's `waiting_for` event, answered
         by `send_input`/`approve`/`reject` from any process (a DBOS message)."""
         digest = arguments_digest(effect.call) if effect.call else None
+        self._waits += 1
         waiting = {
+            "wait_id": self._waits,
             "kind": effect.kind,
             "agent": effect.agent.name,
             "prompt": effect.prompt,

@@ -1,0 +1,344 @@
+"""Many durable runs waiting for a person: what one idle worker costs, and how fast an answer
+resumes a run.
+
+For each database (a SQLite file, and a fresh PostgreSQL database if the server is reachable):
+
+1. A *creator* process starts N runs (default 10,000; `--quick`: 500) with `DurableSwarm.astart`;
+   each run's first model call asks the person (`ask_user`), so it waits for input. Once every run
+   waits, the creator dies (`os._exit`, no cleanup): the runs are left waiting in the database.
+2. An *idle worker* process with the creator's executor id starts: DBOS recovers the N runs at
+   launch and each replays to its durable wait (time: "recover"). After a short settle, the
+   worker measures itself over an idle window (default 10 s) while all N wait: process CPU
+   seconds (all threads, getrusage), resident memory, threads, and database statements per
+   second, counted inside the worker by a SQLAlchemy `before_cursor_execute` hook (the worker's
+   own queries, on both databases); on PostgreSQL also the database's committed transactions per
+   second from `pg_stat_database` (everything on that database; only the worker is connected).
+   `pg_stat_statements` needs `shared_preload_libraries`, which the server does not have here.
+3. A *sender* process answers a random sample of the runs (in random order), one at a time, with
+   `send_input` and times the call itself (it checks that the run waits, then sends a DBOS
+   message), then from its return until the run stops waiting for input ("resumed": the worker's
+   recv returned and cleared the wait) and until the run succeeded (its next model call and end).
+
+Nothing is asserted; the figures are printed as a table. The databases are removed at the end.
+
+    .venv/bin/python benchmarks/waiting.py             # 10,000 runs: minutes, run it rarely
+    .venv/bin/python benchmarks/waiting.py --quick     # 500 runs
+    .venv/bin/python benchmarks/waiting.py --runs 2000 --backends sqlite --poll-interval 1.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import resource
+import threading
+import time
+import uuid
+from typing import Any
+
+from _common import current_rss_mb, databases, emit, print_table, run_worker
+
+from durable_swarm import Agent, DurableSwarm, ask_user
+from durable_swarm.testing import Reply, ScriptedClient, ToolCall, calls, text
+
+QUESTION = "What is your name?"
+# Before the idle window. PostgreSQL's per-database counters lag: a backend flushes its counts
+# when it has been idle for up to 10 s, so the recovery's transactions must be flushed first.
+SETTLE_SECONDS = {"sqlite": 3.0, "postgresql": 12.0}
+
+
+def make_agent() -> Agent:
+    """The benchmark agent; defined the same way in every process (recovery finds it by name)."""
+    return Agent(name="waiter", model="bench-model", instructions="Ask.", functions=[ask_user])
+
+
+def script(messages: list[dict[str, Any]], tools: Any) -> Reply:
+    """Ask the person first; greet them once the answer is in."""
+    if messages[-1].get("role") == "tool":
+        return text(f"Hello {messages[-1]['content']}.")
+    return calls(ToolCall("ask_user", {"question": QUESTION}))
+
+
+def run_ids(prefix: str, n: int) -> list[str]:
+    return [f"{prefix}-{i:05d}" for i in range(n)]
+
+
+def sys_db() -> Any:
+    """DBOS's system database object in this process (internal; for counting only)."""
+    import dbos._dbos as dbos_internals
+
+    return dbos_internals._dbos_global_instance._sys_db  # type: ignore[union-attr]
+
+
+def count_waiting() -> int:
+    """Runs whose `waiting_for` event was set: every run waits once and is never answered here."""
+    import sqlalchemy as sa
+
+    db = sys_db()
+    events = db.tables.workflow_events
+    with db.engine.connect() as conn:
+        query = sa.select(sa.func.count()).select_from(events).where(events.c.key == "waiting_for")
+        return int(conn.execute(query).scalar_one())
+
+
+# --- the creator ------------------------------------------------------------------------------
+
+
+async def create_main(args: argparse.Namespace) -> None:
+    # It never receives anything, so its own polling for messages is slowed right down.
+    swarm = DurableSwarm(
+        ScriptedClient(script), database_url=args.db, executor_id=args.executor, poll_interval=30
+    ).launch()
+    agent = make_agent()
+    messages = [{"role": "user", "content": "Hi."}]
+    start = time.perf_counter()
+    for run_id in run_ids(args.prefix, args.runs):
+        await swarm.astart(agent, messages, run_id=run_id)
+    started = time.perf_counter() - start
+    deadline = time.monotonic() + max(600.0, args.runs * 0.2)
+    while (waiting := await asyncio.to_thread(count_waiting)) < args.runs:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {waiting} of {args.runs} runs wait")
+        await asyncio.sleep(1.0)
+    emit({"start_seconds": started, "all_waiting_seconds": time.perf_counter() - start})
+    os._exit(0)  # a crash, as far as the runs are concerned: they wait in the database
+
+
+# --- the idle worker --------------------------------------------------------------------------
+
+
+class StatementCounter:
+    """Counts every SQL statement this process sends, on every SQLAlchemy engine."""
+
+    def __init__(self) -> None:
+        import sqlalchemy as sa
+
+        self.count = 0
+        self._lock = threading.Lock()
+        sa.event.listen(sa.engine.Engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, *args: Any) -> None:
+        with self._lock:
+            self.count += 1
+
+
+def pg_transactions(url: str) -> int | None:
+    """Committed + rolled back transactions of the database so far (PostgreSQL only)."""
+    if not url.startswith("postgresql"):
+        return None
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database "
+            "WHERE datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else None
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def worker_main(args: argparse.Namespace) -> None:
+    counter = StatementCounter()
+    make_agent()
+    swarm = DurableSwarm(
+        ScriptedClient(script),
+        database_url=args.db,
+        executor_id=args.executor,
+        poll_interval=args.poll_interval,
+    )
+    start = time.perf_counter()
+    swarm.launch()  # DBOS recovers this executor's pending runs
+    deadline = time.monotonic() + max(600.0, args.runs * 0.5)
+    while (waiters := len(sys_db().notifications_map.snapshot())) < args.runs:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {waiters} of {args.runs} runs were recovered")
+        time.sleep(0.2)
+    recovered = time.perf_counter() - start
+    time.sleep(SETTLE_SECONDS["postgresql" if args.db.startswith("postgresql") else "sqlite"])
+
+    xact0, queries0, cpu0, wall0 = (
+        pg_transactions(args.db),
+        counter.count,
+        cpu_seconds(),
+        time.time(),
+    )
+    time.sleep(args.idle)
+    xact1, queries1, cpu1, wall1 = (
+        pg_transactions(args.db),
+        counter.count,
+        cpu_seconds(),
+        time.time(),
+    )
+    window = wall1 - wall0
+    idle = {
+        "recover_seconds": recovered,
+        "cpu_seconds": cpu1 - cpu0,
+        "window": window,
+        "rss_mb": current_rss_mb(),
+        "threads": threading.active_count(),
+        "statements_per_s": (queries1 - queries0) / window,
+        # minus the two transactions of our own measurement
+        "xact_per_s": None if xact0 is None or xact1 is None else (xact1 - xact0 - 1) / window,
+        "waiters": len(sys_db().notifications_map.snapshot()),
+    }
+
+    # A random sample in random order: on SQLite the worker checks the waiting runs one after
+    # the other, so answering runs in that same order would hide most of a sweep's length.
+    sample = random.Random(0).sample(run_ids(args.prefix, args.runs), min(args.sample, args.runs))
+    sender = run_worker(
+        "waiting.py",
+        ["--role", "sender", "--db", args.db, "--runs-json", json.dumps(sample)],
+        timeout=args.sample * 300,
+    )
+    emit({**idle, **sender})
+
+
+# --- the sender -------------------------------------------------------------------------------
+
+
+def sender_main(args: argparse.Namespace) -> None:
+    from dbos import DBOS
+
+    swarm = DurableSwarm(
+        database_url=args.db, executor_id=f"bench-sender-{uuid.uuid4().hex[:6]}"
+    ).launch()
+    send, resumed, finished = [], [], []
+    for run_id in json.loads(args.runs_json):
+        t0 = time.perf_counter()
+        swarm.send_input(run_id, "Ada")
+        t1 = time.perf_counter()
+        while DBOS.get_all_events(run_id).get("waiting_for"):
+            time.sleep(0.001)
+        t2 = time.perf_counter()
+        while (status := DBOS.get_workflow_status(run_id)) is None or status.status != "SUCCESS":
+            if status is not None and status.status not in ("PENDING", "ENQUEUED"):
+                raise SystemExit(f"run {run_id} ended {status.status}")
+            time.sleep(0.001)
+        t3 = time.perf_counter()
+        send.append(t1 - t0)
+        resumed.append(t2 - t1)
+        finished.append(t3 - t1)
+    last = swarm.get_run(run_id)
+    if last.messages[-1]["content"] != "Hello Ada.":
+        raise SystemExit(f"unexpected end of run {run_id}: {last.messages[-1]}")
+    emit({"send": send, "resumed": resumed, "finished": finished})
+    os._exit(0)  # no DBOS shutdown wait
+
+
+# --- the parent -------------------------------------------------------------------------------
+
+
+def ms(values: list[float], q: float) -> str:
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    return f"{1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]:.0f}"
+
+
+def measure(label: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    prefix = f"wait-{uuid.uuid4().hex[:6]}"
+    executor = f"bench-waiting-{uuid.uuid4().hex[:6]}"
+    common = ["--db", url, "--runs", str(args.runs), "--prefix", prefix, "--executor", executor]
+    print(f"[{label}] creating {args.runs} waiting runs ...", flush=True)
+    created = run_worker("waiting.py", ["--role", "create", *common], timeout=7200)
+    print(
+        f"[{label}] all waiting after {created['all_waiting_seconds']:.0f} s; "
+        "starting the idle worker ...",
+        flush=True,
+    )
+    worker_args = ["--role", "worker", *common, "--idle", str(args.idle)]
+    worker_args += ["--sample", str(args.sample), "--poll-interval", str(args.poll_interval)]
+    result = run_worker("waiting.py", worker_args, timeout=7200)
+    return {**created, **result}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="500 runs instead of 10,000")
+    parser.add_argument("--runs", type=int, help="how many waiting runs (default 10,000)")
+    parser.add_argument("--idle", type=float, default=10.0, help="idle window, seconds")
+    parser.add_argument("--sample", type=int, default=20, help="runs answered for latency")
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=0.1,
+        help="DurableSwarm(poll_interval=) of the worker",
+    )
+    parser.add_argument("--backends", default="sqlite,postgres", help="comma-separated")
+    parser.add_argument("--role", default="parent", help=argparse.SUPPRESS)
+    parser.add_argument("--db", help=argparse.SUPPRESS)
+    parser.add_argument("--prefix", help=argparse.SUPPRESS)
+    parser.add_argument("--executor", help=argparse.SUPPRESS)
+    parser.add_argument("--runs-json", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.runs is None:
+        args.runs = 500 if args.quick else 10_000
+
+    if args.role == "create":
+        asyncio.run(create_main(args))
+        return
+    if args.role == "worker":
+        worker_main(args)
+        return
+    if args.role == "sender":
+        sender_main(args)
+        return
+
+    wanted = set(args.backends.split(","))
+    rows = []
+    wall = time.perf_counter()
+    with databases(postgres="postgres" in wanted) as dbs:
+        for label, url in dbs:
+            if label not in wanted:
+                continue
+            r = measure(label, url, args)
+            rows.append(
+                [
+                    label,
+                    args.runs,
+                    f"{r['all_waiting_seconds']:.0f}",
+                    f"{r['recover_seconds']:.1f}",
+                    f"{r['cpu_seconds']:.2f}/{r['window']:.0f}",
+                    f"{100 * r['cpu_seconds'] / r['window']:.0f}%",
+                    f"{r['rss_mb']:.0f}",
+                    r["threads"],
+                    f"{r['statements_per_s']:.0f}",
+                    "-" if r["xact_per_s"] is None else f"{r['xact_per_s']:.0f}",
+                    f"{ms(r['send'], 0.5)}",
+                    f"{ms(r['resumed'], 0.5)}/{ms(r['resumed'], 0.9)}/{ms(r['resumed'], 1.0)}",
+                    f"{ms(r['finished'], 0.5)}",
+                ]
+            )
+            print(f"[{label}] done: {json.dumps({k: v for k, v in r.items()})}", flush=True)
+    print_table(
+        f"{args.runs} runs waiting for input; one idle worker (poll_interval "
+        f"{args.poll_interval} s), idle window {args.idle:.0f} s, {args.sample} answers",
+        [
+            "db",
+            "runs",
+            "create s",
+            "recover s",
+            "idle CPU s",
+            "CPU",
+            "RSS MB",
+            "threads",
+            "SQL stmts/s",
+            "pg xact/s",
+            "send_input ms",
+            "resumed ms p50/p90/max",
+            "finished ms p50",
+        ],
+        rows,
+    )
+    print(f"\ntotal wall time {time.perf_counter() - wall:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""Polling a durable run's status from the test process (generous timeouts: a loaded machine)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from durable_swarm import DurableSwarm, RunNotFoundError
+
+TIMEOUT = 60.0
+
+
+def wait_status(
+    swarm: DurableSwarm, run_id: str, *statuses: str, messages: int = 0, timeout: float = TIMEOUT
+) -> Any:
+    """Poll `get_run(run_id)` until its status is one of `statuses` (with at least `messages`
+    messages); return that `RunInfo`. Fails at once if the run ends in another status."""
+    deadline = time.monotonic() + timeout
+    info: Any = None
+    while time.monotonic() < deadline:
+        try:
+            info = swarm.get_run(run_id)
+        except RunNotFoundError:
+            time.sleep(0.02)
+            continue
+        if info.status in statuses and len(info.messages) >= messages:
+            return info
+        if info.status in ("succeeded", "failed", "cancelled"):
+            raise AssertionError(
+                f"run {run_id} ended {info.status} (error: {info.error}) while waiting for "
+                f"{statuses}"
+            )
+        time.sleep(0.02)
+    last = None if info is None else (info.status, info.waiting_for, info.problem)
+    raise AssertionError(f"run {run_id} not {statuses} after {timeout} s (last: {last})")
