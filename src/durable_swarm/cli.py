@@ -9,8 +9,10 @@
     durable-swarm runs cancel RUN_ID | resume RUN_ID | fork RUN_ID STEP
     durable-swarm demo [NAME] [ARGS...] | demo --list
     durable-swarm chat MODULE:AGENT [--stream] [--context JSON] [--session ID]
+    durable-swarm worker MODULE[:ATTR] [--queue NAME] [--concurrency N] [--executor-id ID]
 
-A thin layer over `DurableSwarm` and `RunInfo`: the database is found as the library finds it
+A thin layer over the library (`runs` commands use the thin `DurableClient`, so they never run
+or recover a run themselves): the database is found as the library finds it
 (`--database-url`, else DURABLE_SWARM_DATABASE_URL, else DBOS_SYSTEM_DATABASE_URL, else
 `durable_swarm.sqlite` in the working directory). `--json` gives stable JSON for programs.
 Colours only on a terminal, and never with NO_COLOR. Exit status: 0 done, 1 error, 2 bad usage,
@@ -30,6 +32,7 @@ from ._cli._runs import HANDLERS, parse_time
 from ._cli._store import CliError
 from ._cli._style import Style, use_color
 from ._errors import DurableSwarmError
+from .durable import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, run_worker
 from .durable._runs import STATUSES
 
 __all__ = ["build_parser", "main"]
@@ -192,9 +195,42 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("target", metavar="MODULE:AGENT")
     chat.add_argument("--stream", action="store_true", help="print answers as they arrive")
     chat.add_argument("--context", metavar="JSON", help="initial context_variables (an object)")
-    chat.add_argument("--session", metavar="ID", help="continue this conversation (if supported)")
+    chat.add_argument(
+        "--session",
+        metavar="ID",
+        help="one durable conversation: start it, or continue it after a stop or a crash",
+    )
     chat.set_defaults(handler=cmd_chat)
+
+    worker = commands.add_parser(
+        "worker",
+        parents=[common],
+        help="serve runs from a queue (PostgreSQL; several workers share one database)",
+        description="Import MODULE (a DurableSwarm, its model client, or just the module that "
+        "defines the agents) and run the runs that thin clients put on QUEUE, at most N at a "
+        "time. Runs of a worker that died are finished by a live one.",
+    )
+    worker.add_argument("target", metavar="MODULE[:ATTR]")
+    worker.add_argument("--queue", default=DEFAULT_QUEUE, help=f"default: {DEFAULT_QUEUE}")
+    worker.add_argument(
+        "--concurrency", type=_count, default=DEFAULT_CONCURRENCY, metavar="N",
+        help=f"runs at a time (default: {DEFAULT_CONCURRENCY})",
+    )  # fmt: skip
+    worker.add_argument("--executor-id", help="this worker's name (default: host, pid, random)")
+    worker.set_defaults(handler=_cmd_worker)
     return parser
+
+
+def _cmd_worker(args: argparse.Namespace, style: Style) -> int:
+    """`worker`: serve a queue until SIGTERM or Ctrl-C."""
+    run_worker(
+        args.target,
+        queue=args.queue,
+        concurrency=args.concurrency,
+        database_url=getattr(args, "database_url", None),
+        executor_id=args.executor_id,
+    )
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,7 +6,6 @@ import argparse
 import functools
 import importlib
 import importlib.util
-import inspect
 import json
 import os
 import re
@@ -82,7 +81,8 @@ def _client() -> Any:
 
 
 def cmd_chat(args: argparse.Namespace, style: Style) -> int:
-    """`chat`: chat with an agent in the terminal; every turn is a durable run."""
+    """`chat`: chat with an agent in the terminal; every turn is a durable run, or, with
+    `--session ID`, the whole conversation is one durable run that can be continued later."""
     agent = load_agent(args.target)
     try:
         context = json.loads(args.context) if args.context else None
@@ -94,14 +94,7 @@ def cmd_chat(args: argparse.Namespace, style: Style) -> int:
     swarm = DurableSwarm(_client(), database_url=url)
     options: dict[str, Any] = {"swarm": swarm, "stream": args.stream, "context_variables": context}
     if args.session:
-        if "session" in inspect.signature(run_demo_loop).parameters:
-            options["session"] = args.session
-        else:
-            print(
-                "durable-swarm: --session is not supported by this version of run_demo_loop; "
-                "starting a new conversation.",
-                file=sys.stderr,
-            )
+        options["session_id"] = args.session
     print(style.paint(f"(durable chat: every turn is a run stored in {display_url(url)})", "dim"))
     stdout = sys.stdout
     if not style.enabled:  # run_demo_loop prints Swarm's colours: not for a pipe, nor NO_COLOR

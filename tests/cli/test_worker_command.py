@@ -1,0 +1,66 @@
+"""`durable-swarm worker`: serves a queue for thin clients, and stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from durable_swarm.durable import DurableClient
+from durable_swarm.testing import FakeOpenAIServer, text
+
+APP_DIR = Path(__file__).resolve().parents[1] / "workers"  # holds _app.py (agents Helper, Closer)
+COMMAND = [sys.executable, "-m", "durable_swarm"]
+
+
+def _answer(messages: list[dict[str, Any]], tools: Any) -> Any:
+    return text(f"served: {messages[-1]['content']}")
+
+
+def test_worker_command_serves_a_queue_for_a_thin_client(tmp_path: Path) -> None:
+    database = str(tmp_path / "runs.sqlite")
+    with FakeOpenAIServer(_answer) as server:
+        env = {
+            **os.environ,
+            "DSW_FAKE_URL": server.base_url,
+            "DSW_WORK_DIR": str(tmp_path),
+            "DURABLE_SWARM_LOG_LEVEL": "ERROR",
+        }
+        worker = subprocess.Popen(
+            [*COMMAND, "worker", "_app:swarm", "--queue", "cli-q", "--database-url", database],
+            cwd=APP_DIR,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            assert worker.stdout is not None
+            banner = worker.stdout.readline()
+            assert "serving queue 'cli-q'" in banner, banner
+            with DurableClient(database) as client:
+                handle = client.start("Helper", [{"role": "user", "content": "hi"}], queue="cli-q")
+                response = handle.result(timeout=60)
+            assert response.messages[-1]["content"] == "served: hi"
+            assert response.agent == "Helper"
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(timeout=60) == 0
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+
+
+def test_worker_command_reports_a_bad_target(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [*COMMAND, "worker", "no_such_module_here", "--database-url", str(tmp_path / "x.sqlite")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "Cannot import module 'no_such_module_here'" in result.stderr
+    assert "Traceback" not in result.stderr
