@@ -1,4 +1,9 @@
-"""Shared fixtures: `make_swarm` builds the Swarm-like object every behavioural test runs on."""
+"""Shared fixtures: `make_swarm` builds the Swarm-like object every behavioural test runs on; the
+database fixtures of every durable test (SQLite and PostgreSQL) come from `_support.db`.
+
+`_support` is importable because pytest (default "prepend" import mode) puts `tests/` on
+`sys.path` for this conftest, which has no package above it.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,14 @@ from typing import Any
 import pytest
 
 import durable_swarm
+from _support.db import (  # noqa: F401  (fixtures, for every test directory)
+    backend,
+    database_url,
+    durable_swarm_factory,
+    make_database_url,
+    postgres_base_url,
+    run_id,
+)
 
 # Every implementation the behavioural tests (tests/core) must hold for: name -> client -> swarm.
 SWARM_IMPLEMENTATIONS: dict[str, Callable[[Any], Any]] = {

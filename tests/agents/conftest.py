@@ -1,20 +1,12 @@
-"""Fixtures for the agent tests: the durable fixtures of `tests/durable` (SQLite and PostgreSQL,
-one fresh database per module and backend), and a work directory for the tools' execution logs."""
+"""Fixtures for the agent tests: a work directory for the tools' execution logs. The durable
+fixtures (SQLite and PostgreSQL, one fresh database per module and backend) are the shared ones of
+`tests/_support/db.py` (via `tests/conftest.py`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-from durable.conftest import (  # noqa: F401  (fixtures, re-exported for this directory)
-    backend,
-    database_url,
-    durable_swarm_factory,
-    make_database_url,
-    postgres_base_url,
-    run_id,
-)
 
 from . import _fanout
 

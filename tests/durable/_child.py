@@ -1,4 +1,5 @@
-"""What a child process of the durable tests does (forked by `_zygote.py`; see `_harness.py`).
+"""What a child process of the durable tests does (forked by `_support/zygote.py`; see
+`_harness.py`).
 
 It builds a `DurableSwarm` on the config's database, talking to the fake server at `base_url`
 with the scenario's agents (`_scenarios.py`), then does one `action`:

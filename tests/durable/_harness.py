@@ -1,7 +1,8 @@
 """Helpers for tests that run durable runs in child processes and kill them.
 
-* `Zygote` (`_zygote.py`) forks the children; `Child` is one of them (SIGKILL, exit code, the
-  result and stream events it wrote); `processes()` kills whatever a test left running.
+* `_support.procs` has the fork server's client (`Zygote`, running `durable._child`) and the
+  children; `Child` here adds the result and stream events a child wrote; `processes()` kills
+  whatever a test left running.
 * `ScenarioModel` is the fake server's script for `_scenarios`, with faults and holds.
 * `wait_for` polls a condition (never fixed sleeps), failing early if a child died.
 """
@@ -9,23 +10,18 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from _support import procs
+from _support.procs import TIMEOUT as CHILD_TIMEOUT
 from durable_swarm import Response
 from durable_swarm.testing import FakeOpenAIServer, Fault, Reply
 
 from . import _scenarios
-
-TESTS_DIR = Path(__file__).resolve().parents[1]
-CHILD_TIMEOUT = 90.0  # generous: the machine is small and shared
 
 
 def jsonable(value: Any) -> Any:
@@ -51,112 +47,38 @@ def wait_for(
     children: tuple[Child, ...] = (),
 ) -> Any:
     """Poll `condition` until it is truthy; fail early if one of `children` exits meanwhile."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        for child in children:
-            if child.poll() is not None:
-                raise AssertionError(
-                    f"child {child.name} exited ({child.poll()}) while waiting for "
-                    f"{what}:\n{child.output()}"
-                )
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
+    return procs.wait_for(condition, what, timeout=timeout, processes=children)
 
 
-class Zygote:
-    """The fork server (`_zygote.py`) that starts this session's child processes."""
+class Zygote(procs.Zygote):
+    """The fork server that starts this session's child processes (running `durable._child`)."""
 
     def __init__(self, log: Path) -> None:
-        self._log = open(log, "w")  # noqa: SIM115 (closed in close())
-        self.log_path = log
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "DURABLE_SWARM_LOG_LEVEL": "ERROR"}
-        env.pop(_scenarios.HANG_ENV, None)
-        env.pop(_scenarios.WORK_DIR_ENV, None)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "durable._zygote"],
-            cwd=TESTS_DIR,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            start_new_session=True,
+        super().__init__(
+            log, "durable._child", drop_env=(_scenarios.HANG_ENV, _scenarios.WORK_DIR_ENV)
         )
-        self._lock = threading.Lock()
-
-    def request(self, request: dict[str, Any]) -> str:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        with self._lock:
-            try:
-                self.proc.stdin.write((json.dumps(request) + "\n").encode())
-                self.proc.stdin.flush()
-                answer = self.proc.stdout.readline().decode().strip()
-            except OSError as e:
-                answer = f"({e})"
-        if not answer:
-            raise AssertionError(f"the fork server died:\n{self.log_path.read_text()[-4000:]}")
-        return answer
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()  # it kills its remaining children and exits
-        try:
-            self.proc.wait(timeout=CHILD_TIMEOUT)
-        finally:
-            if self.proc.stdout is not None:
-                self.proc.stdout.close()
-            self._log.close()
 
 
-class Child:
-    """A child process (forked by the zygote) running `_child.run(config)`."""
+Processes = procs.Children
 
-    def __init__(self, zygote: Zygote, name: str, work: Path, config: dict[str, Any]) -> None:
-        self.zygote = zygote
-        self.name = name
-        self.work = work
-        self.result_path = work / f"{name}.result.json"
+
+class Child(procs.Child):
+    """A child process running `durable._child.run(config)`: with the result and stream events
+    it wrote."""
+
+    def __init__(self, zygote: procs.Zygote, name: str, work: Path, config: dict[str, Any]) -> None:
         self.events_path = work / f"{name}.events.jsonl"
-        self.log_path = work / f"{name}.log"
-        self.exit_path = work / f"{name}.exit"
         config = {
             **config,
-            "name": name,
-            "work_dir": str(work),
-            "result": str(self.result_path),
+            "result": str(work / f"{name}.result.json"),
             "events": str(self.events_path),
-            "log": str(self.log_path),
-            "exit_file": str(self.exit_path),
         }
-        self.pid = int(zygote.request({"op": "spawn", "config": config}))
+        super().__init__(zygote, name, work, config)
 
-    def poll(self) -> int | None:
-        """The exit code (negative: killed by that signal), or None while it runs."""
-        return int(self.exit_path.read_text()) if self.exit_path.exists() else None
-
-    def output(self) -> str:
-        text = self.log_path.read_text() if self.log_path.exists() else ""
-        return text[-6000:]
-
-    def kill(self) -> None:
-        """SIGKILL the child (no cleanup of any kind runs in it) and wait until it is gone."""
-        if self.poll() is None:
-            self.zygote.request({"op": "kill", "pid": self.pid})
-        wait_for(lambda: self.poll() is not None, f"child {self.name} to die")
-
-    def finish(self, timeout: float = CHILD_TIMEOUT) -> dict[str, Any]:
+    def finish(self, timeout: float = CHILD_TIMEOUT) -> dict[str, Any]:  # type: ignore[override]
         """Wait for the child to exit normally and return the result it wrote."""
-        wait_for(lambda: self.poll() is not None, f"child {self.name} to finish", timeout=timeout)
-        code = self.poll()
-        assert code == 0, f"child {self.name} exited with {code}:\n{self.output()}"
+        super().finish(timeout)
         return self.result()
-
-    def result(self) -> dict[str, Any]:
-        result: dict[str, Any] = json.loads(self.result_path.read_text())
-        return result
 
     def events(self) -> list[Any]:
         """The stream events the child wrote so far (JSON lines; complete lines only)."""
@@ -166,33 +88,11 @@ class Child:
         return [json.loads(line) for line in lines]
 
 
-class Processes:
-    """Starts children for one test and kills any still running at its end."""
-
-    def __init__(self, zygote: Zygote, work: Path, base: dict[str, Any]) -> None:
-        self.zygote = zygote
-        self.work = work
-        self.base = base
-        self.children: list[Child] = []
-
-    def start(self, name: str, **config: Any) -> Child:
-        child = Child(self.zygote, name, self.work, {**self.base, **config})
-        self.children.append(child)
-        return child
-
-    def stop_all(self) -> None:
-        for child in self.children:
-            child.kill()
-
-
 @contextmanager
-def processes(zygote: Zygote, work: Path, **base: Any) -> Iterator[Processes]:
+def processes(zygote: procs.Zygote, work: Path, **base: Any) -> Iterator[Processes]:
     """Children for one test (configured with `base`), all killed at the end."""
-    procs = Processes(zygote, work, base)
-    try:
-        yield procs
-    finally:
-        procs.stop_all()
+    with procs.children(zygote, work, base, Child) as group:
+        yield group
 
 
 class ScenarioModel:

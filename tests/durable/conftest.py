@@ -1,5 +1,8 @@
 """Fixtures for durable tests: every test runs on SQLite and on PostgreSQL.
 
+The database fixtures (`backend`, `make_database_url`, `database_url`, `durable_swarm_factory`,
+`run_id`, ...) are shared by all test directories: `tests/_support/db.py`, via `tests/conftest.py`.
+
 * `backend` ("sqlite" / "postgres") is a module-scoped parameter, so each test module gets one
   fresh database per backend (tests use unique run ids) and DBOS is launched once per module and
   backend. PostgreSQL comes from `DURABLE_SWARM_TEST_POSTGRES_URL`; each database created here
@@ -11,101 +14,13 @@
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-os.environ.setdefault("DURABLE_SWARM_LOG_LEVEL", "ERROR")
-
-from durable_swarm import DurableSwarm
-from durable_swarm.durable import _dbos as dbos_setup
-from durable_swarm.durable import resolve_database_url, shutdown
-
 from . import _scenarios
 from ._harness import Zygote
-
-POSTGRES_URL_ENV = "DURABLE_SWARM_TEST_POSTGRES_URL"
-REQUIRE_POSTGRES_ENV = "DURABLE_SWARM_REQUIRE_POSTGRES"
-
-
-def _postgres_unavailable(reason: str) -> None:
-    if os.environ.get(REQUIRE_POSTGRES_ENV) == "1":
-        pytest.fail(
-            f"PostgreSQL is required ({REQUIRE_POSTGRES_ENV}=1) but {reason}. Start PostgreSQL "
-            f"and set {POSTGRES_URL_ENV}, e.g. postgresql://postgres@127.0.0.1:5432/postgres.",
-            pytrace=False,
-        )
-    pytest.skip(f"PostgreSQL tests skipped: {reason}")
-
-
-@pytest.fixture(scope="session")
-def postgres_base_url() -> str:
-    """The PostgreSQL server to create test databases on (skips or fails when unavailable)."""
-    url = os.environ.get(POSTGRES_URL_ENV)
-    if not url:
-        _postgres_unavailable(f"{POSTGRES_URL_ENV} is not set (set it to run them)")
-        raise AssertionError("unreachable")
-    try:
-        import psycopg
-
-        psycopg.connect(url, connect_timeout=5).close()
-    except Exception as e:
-        _postgres_unavailable(f"the server at {url} cannot be reached ({type(e).__name__}: {e})")
-    return url
-
-
-def _with_database(base_url: str, name: str) -> str:
-    parts = urlsplit(base_url)
-    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
-
-
-def _drop_database(base_url: str, name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(base_url, autocommit=True, connect_timeout=10) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture(
-    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-)
-def backend(request: pytest.FixtureRequest) -> str:
-    """The database kind this module's durable tests run on."""
-    return str(request.param)
-
-
-@pytest.fixture(scope="module")
-def make_database_url(
-    backend: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Callable[[str], str]]:
-    """`label -> URL` of a new, empty database of this backend (dropped at the module's end)."""
-    base = request.getfixturevalue("postgres_base_url") if backend == "postgres" else None
-    created: list[str] = []
-    folder = tmp_path_factory.mktemp("durable-db")
-
-    def make(label: str) -> str:
-        if base is None:
-            return str(folder / f"{label}.sqlite")
-        name = f"dswarm_test_{label}_{uuid.uuid4().hex[:10]}".lower()
-        created.append(name)
-        return _with_database(base, name)  # DBOS creates it at launch
-
-    yield make
-    shutdown()
-    for name in created:
-        assert base is not None
-        _drop_database(base, name)
-
-
-@pytest.fixture(scope="module")
-def database_url(make_database_url: Callable[[str], str]) -> str:
-    """This module's database for runs made in the test process."""
-    return make_database_url("main")
 
 
 @pytest.fixture(scope="module")
@@ -113,30 +28,6 @@ def children_database_url(make_database_url: Callable[[str], str]) -> str:
     """This module's database for runs made by child processes (this process never launches
     DBOS on it, so it never recovers or dequeues their runs)."""
     return make_database_url("children")
-
-
-def use_database(url: str) -> None:
-    """Make the DBOS this library launched in this process run on `url`."""
-    if dbos_setup._launched_url != resolve_database_url(url):
-        shutdown()
-    DurableSwarm(database_url=url).launch()
-
-
-@pytest.fixture
-def durable_swarm_factory(database_url: str) -> Callable[..., DurableSwarm]:
-    """`client -> DurableSwarm` on this module's database (DBOS launched on it)."""
-    use_database(database_url)
-
-    def make(client: Any = None, **kwargs: Any) -> DurableSwarm:
-        return DurableSwarm(client, database_url=database_url, **kwargs)
-
-    return make
-
-
-@pytest.fixture
-def run_id(request: pytest.FixtureRequest) -> str:
-    """A unique run id naming the test."""
-    return f"{request.node.name[:60]}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture

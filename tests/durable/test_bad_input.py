@@ -9,6 +9,7 @@ import uuid
 import dbos._dbos as dbos_internals
 import pytest
 
+from _support.db import use_database
 from durable_swarm import (
     Agent,
     DatabaseUnavailableError,
@@ -20,8 +21,6 @@ from durable_swarm import (
 )
 from durable_swarm.durable import shutdown
 from durable_swarm.testing import ScriptedClient, ToolCall, calls, text
-
-from .conftest import use_database
 
 USER = [{"role": "user", "content": "hi"}]
 

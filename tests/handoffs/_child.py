@@ -1,5 +1,6 @@
-"""A child process of the restart tests: `run(config)`, in a process forked by `_zygote.py` (or
-`python -m handoffs._child '<json config>'` from tests/, to debug one by hand).
+"""A child process of the restart tests: `run(config)`, in a process forked by
+`_support/zygote.py` (or `python -m handoffs._child '<json config>'` from tests/, to debug one
+by hand).
 
 It builds a `DurableSwarm` on `database_url` with `executor_id` (children that share an executor
 id recover each other's runs at launch) and a scripted model, then does one `action`:

@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from _support.db import use_database
 from durable_swarm import DurableSwarm, DurableSwarmError, Swarm, initiate_swarm_chat
 from durable_swarm._registry import fingerprint
 from durable_swarm.durable import shutdown
@@ -39,7 +40,6 @@ from durable_swarm.testing import ScriptedClient
 from . import _agents
 from ._agents import WORK_DIR_ENV, lines
 from ._procs import children, wait_for
-from .conftest import use_database
 
 pytestmark = pytest.mark.crash
 

@@ -1,8 +1,9 @@
 """Fixtures for worker and thin-client tests: databases, the fake model, worker processes.
 
-* `backend` ("sqlite" / "postgres") is a module-scoped parameter; PostgreSQL comes from
-  `DURABLE_SWARM_TEST_POSTGRES_URL` (the tests skip without it or with the server down, unless
-  `DURABLE_SWARM_REQUIRE_POSTGRES=1`, where they fail). Each database has a unique name and is
+* `backend` ("sqlite" / "postgres") is the shared module-scoped parameter (`tests/_support/db.py`);
+  PostgreSQL comes from `DURABLE_SWARM_TEST_POSTGRES_URL` (the tests skip without it or with the
+  server down, unless `DURABLE_SWARM_REQUIRE_POSTGRES=1`, where they fail). `make_database_url`
+  is this directory's own (`sqlite:///` URLs, `create=`); each database has a unique name and is
   dropped at the end.
 * The model is a `FakeOpenAIServer` in the test process answering from `Model`, so request
   counts survive the workers that are killed.
@@ -18,70 +19,22 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 os.environ.setdefault("DURABLE_SWARM_LOG_LEVEL", "ERROR")
 
+from _support import procs
+from _support.db import drop_database, new_database_name, postgres_execute, with_database
 from durable_swarm.testing import FakeOpenAIServer, Fault, Reply, ToolCall, calls, text
 
 HERE = Path(__file__).resolve().parent
-POSTGRES_URL_ENV = "DURABLE_SWARM_TEST_POSTGRES_URL"
-REQUIRE_POSTGRES_ENV = "DURABLE_SWARM_REQUIRE_POSTGRES"
 TIMEOUT = 60.0  # generous: the machine is small and shared
 HOLD_SECONDS = 300.0
-
-
-def _postgres_unavailable(reason: str) -> None:
-    if os.environ.get(REQUIRE_POSTGRES_ENV) == "1":
-        pytest.fail(
-            f"PostgreSQL is required ({REQUIRE_POSTGRES_ENV}=1) but {reason}. Start PostgreSQL "
-            f"and set {POSTGRES_URL_ENV}, e.g. postgresql://postgres@127.0.0.1:5432/postgres.",
-            pytrace=False,
-        )
-    pytest.skip(f"PostgreSQL tests skipped: {reason} (set {POSTGRES_URL_ENV} to run them)")
-
-
-@pytest.fixture(scope="session")
-def postgres_base_url() -> str:
-    """The PostgreSQL server to create test databases on (skips or fails when unavailable)."""
-    url = os.environ.get(POSTGRES_URL_ENV)
-    if not url:
-        _postgres_unavailable(f"{POSTGRES_URL_ENV} is not set")
-        raise AssertionError("unreachable")
-    try:
-        import psycopg
-
-        psycopg.connect(url, connect_timeout=5).close()
-    except Exception as e:
-        _postgres_unavailable(f"the server at {url} cannot be reached ({type(e).__name__}: {e})")
-    return url
-
-
-def _with_database(base_url: str, name: str) -> str:
-    parts = urlsplit(base_url)
-    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
-
-
-def _postgres(base_url: str, sql: str) -> None:
-    import psycopg
-
-    with psycopg.connect(base_url, autocommit=True, connect_timeout=10) as conn:
-        conn.execute(sql)  # type: ignore[arg-type]
-
-
-@pytest.fixture(
-    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-)
-def backend(request: pytest.FixtureRequest) -> str:
-    """The database kind this module's tests run on."""
-    return str(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -102,16 +55,16 @@ def make_database_url(
             if create:
                 path.touch()
             return "sqlite:///" + str(path)
-        name = f"dswarm_workers_{label}_{uuid.uuid4().hex[:10]}".lower()
+        name = new_database_name("dswarm_workers", label)
         created.append(name)
         if create:
-            _postgres(base, f'CREATE DATABASE "{name}"')
-        return _with_database(base, name)
+            postgres_execute(base, f'CREATE DATABASE "{name}"')
+        return with_database(base, name)
 
     yield make
     for name in created:
         assert base is not None
-        _postgres(base, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(base, name)
 
 
 def _user_text(messages: list[dict[str, Any]]) -> str:
@@ -199,23 +152,10 @@ def wait_for(
     what: str,
     *,
     timeout: float = TIMEOUT,
-    workers: tuple[Any, ...] = (),
+    workers: tuple[WorkerProcess, ...] = (),
 ) -> Any:
     """Poll `condition` until it is truthy; fail early if one of `workers` exits meanwhile."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        for worker in workers:
-            if worker.proc.poll() is not None:
-                raise AssertionError(
-                    f"worker {worker.name} exited ({worker.proc.returncode}) while waiting for "
-                    f"{what}:\n{worker.output()}"
-                )
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
+    return procs.wait_for(condition, what, timeout=timeout, processes=workers, interval=0.05)
 
 
 class WorkerProcess:
@@ -234,6 +174,9 @@ class WorkerProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
 
     def output(self) -> str:
         return self.log_path.read_text()[-6000:]

@@ -1,0 +1,4 @@
+"""Test infrastructure shared by every test directory (importable as `_support`: pytest puts
+`tests/` on `sys.path`). `db`: the database fixtures, made available to all tests by the root
+`tests/conftest.py`; `zygote`: the fork server for child processes; `procs`: its client, the
+children it forks, and `wait_for`."""

@@ -1,0 +1,185 @@
+"""Child processes for the tests that kill processes: the client of the fork server
+(`zygote.py`), the children it forks, a group of them per test, and `wait_for`.
+
+A test directory subclasses `Child` for what its own `_child.run(config)` leaves behind (results,
+stream events, waits...) and wraps `children()` / `wait_for` with its own names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+TESTS_DIR = Path(__file__).resolve().parents[1]
+TIMEOUT = 90.0  # generous: the machine is small and shared
+
+
+class Process(Protocol):
+    name: str
+
+    def poll(self) -> int | None: ...
+
+    def output(self) -> str: ...
+
+
+def wait_for(
+    condition: Callable[[], Any],
+    what: str,
+    *,
+    timeout: float = TIMEOUT,
+    processes: Iterable[Process] = (),
+    interval: float = 0.02,
+) -> Any:
+    """Poll `condition` until it is truthy; fail early, with its output, if one of `processes`
+    exits meanwhile."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        for process in processes:
+            code = process.poll()
+            if code is not None:
+                raise AssertionError(
+                    f"{process.name} exited ({code}) while waiting for {what}:\n"
+                    f"{process.output()[-6000:]}"
+                )
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+class Zygote:
+    """The fork server (`python -m _support.zygote <child_module>`) of a test session."""
+
+    def __init__(self, log: Path, child_module: str, drop_env: Iterable[str] = ()) -> None:
+        self.log_path = log
+        self._log = open(log, "w")  # noqa: SIM115 (closed in close())
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "DURABLE_SWARM_LOG_LEVEL": "ERROR"}
+        for name in drop_env:
+            env.pop(name, None)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "_support.zygote", child_module],
+            cwd=TESTS_DIR,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            start_new_session=True,
+        )
+        self._lock = threading.Lock()
+
+    def request(self, request: dict[str, Any]) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        with self._lock:
+            try:
+                self.proc.stdin.write((json.dumps(request) + "\n").encode())
+                self.proc.stdin.flush()
+                answer = self.proc.stdout.readline().decode().strip()
+            except OSError as e:
+                answer = ""
+                print(f"fork server: {e}")
+        if not answer:
+            raise AssertionError(f"the fork server died:\n{self.log_path.read_text()[-4000:]}")
+        return answer
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()  # it kills its remaining children and exits
+        try:
+            self.proc.wait(timeout=TIMEOUT)
+        finally:
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+            self._log.close()
+
+
+class Child:
+    """A child process forked by the zygote, running `run(config)`; its output is in
+    `<work>/<name>.log`. `config` also gets `name` and `work_dir`."""
+
+    def __init__(self, zygote: Zygote, name: str, work: Path, config: dict[str, Any]) -> None:
+        self.zygote = zygote
+        self.name = name
+        self.work = work
+        self.log_path = work / f"{name}.log"
+        self.exit_path = work / f"{name}.exit"
+        self.result_path = work / f"{name}.result.json"
+        request = {
+            "op": "spawn",
+            "config": {**config, "name": name, "work_dir": str(work)},
+            "log": str(self.log_path),
+            "exit_file": str(self.exit_path),
+        }
+        self.pid = int(zygote.request(request))
+
+    def poll(self) -> int | None:
+        """The exit code (negative: killed by that signal), or None while it runs."""
+        return int(self.exit_path.read_text()) if self.exit_path.exists() else None
+
+    def output(self) -> str:
+        text = self.log_path.read_text() if self.log_path.exists() else ""
+        return text[-6000:]
+
+    def kill(self) -> int:
+        """SIGKILL (no cleanup of any kind runs in the child); its exit code once reaped."""
+        if self.poll() is None:
+            self.zygote.request({"op": "kill", "pid": self.pid})
+        wait_for(lambda: self.poll() is not None, f"child {self.name} to die")
+        code = self.poll()
+        assert code is not None
+        return code
+
+    def finish(self, timeout: float = TIMEOUT) -> None:
+        """Wait for the child to exit by itself; fail with its output if it does not, or if its
+        exit code is not 0."""
+        wait_for(lambda: self.poll() is not None, f"child {self.name} to finish", timeout=timeout)
+        code = self.poll()
+        assert code == 0, f"child {self.name} exited with {code}:\n{self.output()}"
+
+    def result(self) -> dict[str, Any]:
+        result: dict[str, Any] = json.loads(self.result_path.read_text())
+        return result
+
+
+class Children:
+    """Starts the children of one test (`child_class`, each configured with `base` and then its
+    own config); `stop_all()` kills those still running."""
+
+    def __init__(
+        self, zygote: Zygote, work: Path, base: dict[str, Any], child_class: type[Child] = Child
+    ) -> None:
+        self.zygote = zygote
+        self.work = work
+        self.base = base
+        self.child_class = child_class
+        self.children: list[Child] = []
+
+    def start(self, name: str, **config: Any) -> Any:
+        child = self.child_class(self.zygote, name, self.work, {**self.base, **config})
+        self.children.append(child)
+        return child
+
+    def stop_all(self) -> None:
+        for child in self.children:
+            child.kill()
+
+
+@contextmanager
+def children(
+    zygote: Zygote, work: Path, base: dict[str, Any], child_class: type[Child] = Child
+) -> Iterator[Children]:
+    """The children of one test, all killed at its end."""
+    group = Children(zygote, work, base, child_class)
+    try:
+        yield group
+    finally:
+        group.stop_all()
