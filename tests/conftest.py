@@ -7,28 +7,82 @@ database fixtures of every durable test (SQLite and PostgreSQL) come from `_supp
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 import durable_swarm
-from _support.db import (  # noqa: F401  (fixtures, for every test directory)
+from _support.db import (  # noqa: F401  (the fixtures, for every test directory; helpers)
     backend,
     database_url,
+    drop_database,
     durable_swarm_factory,
     make_database_url,
+    new_database_name,
     postgres_base_url,
     run_id,
+    use_database,
+    with_database,
 )
+from durable_swarm.durable import shutdown
 
-# Every implementation the behavioural tests (tests/core) must hold for: name -> client -> swarm.
-SWARM_IMPLEMENTATIONS: dict[str, Callable[[Any], Any]] = {
-    "memory": lambda client: durable_swarm.Swarm(client=client),
+# Every implementation the behavioural tests (tests/core) must hold for: name -> (client,
+# database URL) -> swarm. The durable ones run on a fresh database per module (see `swarm_kind`).
+SWARM_IMPLEMENTATIONS: dict[str, Callable[[Any, str | None], Any]] = {
+    "memory": lambda client, url: durable_swarm.Swarm(client=client),
+    "durable-sqlite": lambda client, url: durable_swarm.DurableSwarm(client, database_url=url),
+    "durable-postgres": lambda client, url: durable_swarm.DurableSwarm(client, database_url=url),
 }
 
+MEMORY_ONLY = "memory_only"
 
-@pytest.fixture(params=sorted(SWARM_IMPLEMENTATIONS))
-def make_swarm(request: pytest.FixtureRequest) -> Callable[[Any], Any]:
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MEMORY_ONLY}(reason): a behavioural test `make_swarm` runs on the in-memory Swarm only",
+    )
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        "memory",
+        "durable-sqlite",
+        pytest.param("durable-postgres", marks=pytest.mark.postgres),
+    ],
+)
+def swarm_kind(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, str | None]]:
+    """`(implementation, database URL)`: module-scoped, so pytest groups the tests by it and DBOS
+    switches databases once per module and implementation, not per test."""
+    kind = str(request.param)
+    if kind == "memory":
+        yield kind, None
+        return
+    if kind == "durable-sqlite":
+        yield kind, str(tmp_path_factory.mktemp("swarm-db") / "runs.sqlite")
+        shutdown()
+        return
+    base = request.getfixturevalue("postgres_base_url")
+    name = new_database_name("dswarm_spec", "runs")
+    yield kind, with_database(base, name)
+    shutdown()
+    drop_database(base, name)
+
+
+@pytest.fixture
+def make_swarm(
+    swarm_kind: tuple[str, str | None], request: pytest.FixtureRequest
+) -> Callable[[Any], Any]:
     """A factory `client -> Swarm-like object` with the same `run` (and `arun`) as Swarm's."""
-    return SWARM_IMPLEMENTATIONS[request.param]
+    kind, url = swarm_kind
+    if url is not None:
+        marker = request.node.get_closest_marker(MEMORY_ONLY)
+        if marker is not None:
+            pytest.skip(f"in-memory Swarm only: {marker.args[0] if marker.args else ''}")
+        use_database(url)
+    implementation = SWARM_IMPLEMENTATIONS[kind]
+    return lambda client: implementation(client, url)

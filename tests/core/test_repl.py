@@ -183,6 +183,10 @@ def test_repl_streaming_prints_same_output(make_swarm, capsys):
     assert requests(client)[0]["stream"] is True
 
 
+@pytest.mark.memory_only(
+    "times the printing against the model's chunks; a durable run's stream events arrive "
+    "through the database, after the chunks"
+)
 def test_repl_streaming_prints_content_as_it_arrives(make_swarm, capsys):
     seen_before_second_piece = []
 
@@ -278,6 +282,10 @@ def test_repl_exits_cleanly_on_keyboard_interrupt_at_prompt(make_swarm, capsys):
     assert capsys.readouterr().out.endswith(f"{sender('Agent')} answer\n\n")
 
 
+@pytest.mark.memory_only(
+    "the mock raises KeyboardInterrupt from the model call, which a durable run makes in a DBOS "
+    "thread (where a real Ctrl-C never arrives); the run then never ends"
+)
 def test_repl_exits_cleanly_on_keyboard_interrupt_during_run(make_swarm, capsys):
     client = mock_client(completion("never"))
     client.chat.completions.create.side_effect = KeyboardInterrupt
