@@ -244,11 +244,13 @@ def main(argv: list[str] | None = None) -> int:
     swarm = DurableSwarm(
         make_client(offline_model, offline=args.offline), database_url=database_url
     )
-    try:
-        return run_refund(swarm, run_id, args.name)
-    except KeyboardInterrupt:
+
+    def stop(signum: int, frame: Any) -> None:
         print(f"\n⏸ Stopped. Run the same command again to resume run {run_id}.", flush=True)
         os._exit(130)  # leave the run pending in the database; the next launch recovers it
+
+    signal.signal(signal.SIGINT, stop)  # Ctrl+C stops at once, wherever the agent is
+    return run_refund(swarm, run_id, args.name)
 
 
 if __name__ == "__main__":

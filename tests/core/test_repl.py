@@ -284,7 +284,7 @@ def test_repl_exits_cleanly_on_keyboard_interrupt_at_prompt(make_swarm, capsys):
 
 @pytest.mark.memory_only(
     "the mock raises KeyboardInterrupt from the model call, which a durable run makes in a DBOS "
-    "thread (where a real Ctrl-C never arrives); the run then never ends"
+    "thread (where a real Ctrl-C never arrives); there it fails the run instead"
 )
 def test_repl_exits_cleanly_on_keyboard_interrupt_during_run(make_swarm, capsys):
     client = mock_client(completion("never"))

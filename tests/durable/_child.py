@@ -142,15 +142,15 @@ def run(config: dict[str, Any]) -> None:
         _scenarios.define_ghost()  # the agent's code is imported now: the run goes on
         wait_until_done(swarm, run_id)
         finish(config, swarm, swarm.handle(run_id).result(), while_missing=missing)
-    elif action == "tool_interrupt":
-        interrupt_run(config)
+    elif action in ("tool_interrupt", "model_interrupt"):
+        interrupt_run(config, in_model=action == "model_interrupt")
     else:
         raise ValueError(f"unknown action {action!r}")
 
 
-def interrupt_run(config: dict[str, Any]) -> None:
-    """A tool raises KeyboardInterrupt: report how the run ends and whether the next run of this
-    process still works."""
+def interrupt_run(config: dict[str, Any], *, in_model: bool = False) -> None:
+    """A tool (or the model client, `in_model`) raises KeyboardInterrupt: report how the run ends
+    and whether the next run of this process still works."""
     import dbos._dbos as dbos_internals
 
     from durable_swarm.testing import ScriptedClient, ToolCall, calls, text
@@ -159,11 +159,17 @@ def interrupt_run(config: dict[str, Any]) -> None:
         """A tool that is interrupted."""
         raise KeyboardInterrupt
 
-    client = ScriptedClient(
-        lambda messages, tools: (
+    interrupted: list[bool] = []
+
+    def script(messages: list[dict[str, Any]], tools: Any) -> Any:
+        if in_model and not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+        return (
             text("after") if _scenarios.stage(messages) else calls(ToolCall("interrupt", id="c1"))
         )
-    )
+
+    client = ScriptedClient(script)
     swarm = DurableSwarm(
         client, database_url=config["database_url"], executor_id=config["executor_id"]
     )

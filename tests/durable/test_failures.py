@@ -225,8 +225,9 @@ def test_resume_of_a_succeeded_run_is_refused(durable_swarm_factory, run_id, too
         swarm.resume(run_id)
 
 
+@pytest.mark.parametrize("where", ["tool", "model"])
 def test_tool_raising_keyboard_interrupt_fails_the_run_and_spares_the_process(
-    zygote, children_database_url, tmp_path
+    zygote, children_database_url, tmp_path, where
 ):
     work = tmp_path / "work"
     work.mkdir()
@@ -240,7 +241,7 @@ def test_tool_raising_keyboard_interrupt_fails_the_run_and_spares_the_process(
             run_id=f"interrupt-{uuid.uuid4().hex[:8]}",
         ) as procs
     ):
-        result = procs.start("interrupted", action="tool_interrupt").finish()
+        result = procs.start("interrupted", action=f"{where}_interrupt").finish()
 
     assert result["status"] == "failed"
     assert "KeyboardInterrupt" in (result["error"] or "")

@@ -161,9 +161,15 @@ class DurableRuntime:
         async def model_step() -> dict[str, Any]:
             if effect.request.get("stream"):
                 return await self._streamed(client, effect)
-            completion = await model.acreate(
-                client, effect.request, sender=sender, run_id=self.run_id
-            )
+            try:
+                completion = await model.acreate(
+                    client, effect.request, sender=sender, run_id=self.run_id
+                )
+            except (KeyboardInterrupt, SystemExit) as e:  # would stop DBOS's event loop
+                raise DurableSwarmError(
+                    f"The model client of agent {sender!r} in run {self.run_id!r} raised "
+                    f"{type(e).__name__}; the run failed at this step (resume(run_id) retries)."
+                ) from None
             message = model.completion_message(completion, sender, run_id=self.run_id)
             return {"message": message, "usage": model.usage_of(completion)}
 
