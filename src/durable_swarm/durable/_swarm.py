@@ -417,6 +417,10 @@ class DurableSwarm:
         """`get_run` for async code."""
         return await asyncio.to_thread(self.get_run, run_id)
 
+    async def alist_runs(self, **filters: Any) -> list[RunInfo]:
+        """`list_runs` for async code (same keyword filters)."""
+        return await asyncio.to_thread(lambda: self.list_runs(**filters))
+
     @off_event_loop
     def list_runs(
         self,
