@@ -4,16 +4,17 @@
 durable workflow, so a killed process resumes from its last finished model or tool call.
 """
 
-from ._errors import (
+from .chat import ChatResult, initiate_swarm_chat
+from .durable import DurableSwarm, JsonSerializer, RunHandle, RunInfo
+from .errors import (
     AgentNotFoundError,
     DatabaseUnavailableError,
     DurableSwarmError,
     ModelResponseError,
+    RunError,
     RunNotFoundError,
     ToolResultNotSerializableError,
 )
-from .chat import ChatResult, initiate_swarm_chat
-from .durable import DurableSwarm, JsonSerializer, RunError, RunHandle, RunInfo
 from .handoffs import (
     AFTER_WORK,
     ON_CONDITION,

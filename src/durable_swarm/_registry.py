@@ -14,7 +14,7 @@ import threading
 import warnings
 from typing import Any
 
-from ._errors import AgentNotFoundError
+from .errors import AgentNotFoundError
 
 _lock = threading.Lock()
 _agents: dict[str, list[Any]] = {}

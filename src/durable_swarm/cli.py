@@ -31,9 +31,9 @@ from ._cli._demo import DEFAULT_DEMO, cmd_demo
 from ._cli._runs import HANDLERS, parse_time
 from ._cli._store import CliError
 from ._cli._style import Style, use_color
-from ._errors import DurableSwarmError
 from .durable import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, run_worker
 from .durable._runs import STATUSES
+from .errors import DurableSwarmError
 
 __all__ = ["build_parser", "main"]
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._errors import DurableSwarmError
+from .errors import ContextExpressionError, DurableSwarmError
 from .tools import is_agent
 
 __all__ = [
@@ -37,16 +37,6 @@ __all__ = [
     "OnContextCondition",
     "UpdateSystemMessage",
 ]
-
-
-class ContextExpressionError(DurableSwarmError, ValueError):
-    """A `ContextExpression` that cannot be parsed (raised when it is defined, never mid-run)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-
-    def _kwargs(self) -> dict[str, Any]:
-        return {"message": self.message}
 
 
 _ALLOWED_NODES = (

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _registry
-from ._errors import DurableSwarmError
+from .errors import DurableSwarmError
 from .handoffs import (
     AfterWork,
     AfterWorkOption,

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from ._aio import run_coroutine
-from ._errors import ModelResponseError
+from .errors import ModelResponseError
 from .util import merge_chunk
 
 __all__ = ["StreamAssembler", "acreate", "completion_message", "create", "usage_of"]

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ._errors import RunNotFoundError
+from .errors import RunNotFoundError
 from .handoffs import AfterWork, AfterWorkOption
 from .swarm import Swarm
 from .types import Response

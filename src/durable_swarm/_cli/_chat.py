@@ -15,8 +15,9 @@ from types import ModuleType
 from typing import Any
 
 from ..durable import DurableSwarm, resolve_database_url
+from ..durable._database import display_url
 from ..repl import run_demo_loop
-from ._store import CliError, display_url
+from ._store import CliError
 from ._style import Style
 
 __all__ = ["cmd_chat", "load_agent"]

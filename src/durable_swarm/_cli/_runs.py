@@ -12,8 +12,9 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .._errors import DurableSwarmError, RunNotFoundError
 from ..durable import DurableClient, RunInfo, resolve_database_url
+from ..durable._database import display_url
+from ..errors import DurableSwarmError, RunNotFoundError
 from ._render import (
     JSON_SCHEMA_VERSION,
     dumps,
@@ -25,7 +26,7 @@ from ._render import (
     summary_lines,
     waiting_hint,
 )
-from ._store import CliError, display_url, open_swarm
+from ._store import CliError, open_swarm
 from ._style import Style, duration, preview
 
 __all__ = ["HANDLERS", "parse_time"]

@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .._errors import DatabaseUnavailableError
 from ..durable import DurableClient
+from ..durable._database import create_engine, display_url, sqlite_path
+from ..errors import DatabaseUnavailableError
 
-__all__ = ["CliError", "check_database", "display_url", "open_swarm"]
+__all__ = ["CliError", "check_database", "open_swarm"]
 
 _RUN_TABLE = "workflow_status"
 
@@ -30,18 +31,6 @@ class CliError(Exception):
         self.status = status
 
 
-def display_url(url: str) -> str:
-    """The database URL as shown to people: a SQLite file's path, or the URL without password."""
-    if url.startswith("sqlite:///"):
-        return url[len("sqlite:///") :]
-    try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return url
-
-
 _HOW_TO_PICK = (
     "Pass --database-url (or set DURABLE_SWARM_DATABASE_URL) to the database your app uses"
 )
@@ -49,8 +38,9 @@ _HOW_TO_PICK = (
 
 def check_database(url: str) -> None:
     """Raise `CliError` unless `url` is an existing run database; create or change nothing."""
-    if url.startswith("sqlite:///"):
-        _check_sqlite(Path(url[len("sqlite:///") :]))
+    path = sqlite_path(url)
+    if path is not None:
+        _check_sqlite(path)
     else:
         _check_postgres(url)
 
@@ -85,17 +75,14 @@ def _check_postgres(url: str) -> None:
 
     shown = display_url(url)
     try:
-        address = sa.engine.make_url(url)
-    except Exception as e:
-        raise CliError(f"Malformed database URL {shown!r}: {e}. {_HOW_TO_PICK}.", 2) from e
-    if address.drivername in ("postgresql", "postgres"):
-        address = address.set(drivername="postgresql+psycopg")
-    try:
-        engine = sa.create_engine(address, connect_args={"connect_timeout": 5})
+        engine = create_engine(url, connect_timeout=5)
     except ModuleNotFoundError as e:
         raise CliError(
             f"PostgreSQL needs the psycopg driver ({e}): pip install 'durable-swarm[postgres]'."
         ) from e
+    except Exception as e:
+        cause = str(e).replace(url, shown)
+        raise CliError(f"Malformed database URL {shown!r}: {cause}. {_HOW_TO_PICK}.", 2) from e
     try:
         with engine.connect() as conn:
             found = conn.execute(sa.text(f"SELECT to_regclass('dbos.{_RUN_TABLE}')")).scalar()

@@ -1,7 +1,8 @@
 """Durable runs on DBOS: `DurableSwarm`, run handles and run records; workers and thin clients."""
 
 from ._client import DEFAULT_QUEUE, ClientRunHandle, DurableClient
-from ._dbos import resolve_database_url, shutdown
+from ._database import resolve_database_url
+from ._dbos import shutdown
 from ._runs import RunInfo, StepRecord
 from ._serializer import SCHEMA_VERSION, JsonSerializer, RunError
 from ._swarm import DurableSwarm, RunHandle

@@ -13,17 +13,17 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from dbos import DBOSClient, EnqueueOptions
 
-from .._errors import DatabaseUnavailableError, DurableSwarmError, RunNotFoundError
+from ..errors import DatabaseUnavailableError, DurableSwarmError, RunNotFoundError
 from ..types import Response
 from . import _dbos
 from ._control import ClientSource, RunControl
+from ._database import display_url, is_postgres, resolve_database_url, sqlite_path
 from ._runs import RunInfo
-from ._serializer import JsonSerializer
+from ._serializer import JsonSerializer, naming_run
 from ._workflow import EVENTS_STREAM, WORKFLOW_NAME
 
 __all__ = ["DEFAULT_QUEUE", "ClientRunHandle", "DurableClient"]
@@ -34,29 +34,28 @@ _FINISHED = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
 
 def _connect(url: str) -> DBOSClient:
     """A `DBOSClient` on an existing run database, or `DatabaseUnavailableError`."""
-    if url.startswith("sqlite:///"):
-        path = Path(url[len("sqlite:///") :])
-        if not path.is_file():
-            raise DatabaseUnavailableError(
-                url,
-                "the SQLite file does not exist (nothing was created; a worker or a DurableSwarm "
-                "creates the database when it starts)",
-            )
+    path = sqlite_path(url)
+    if path is not None and not path.is_file():
+        raise DatabaseUnavailableError(
+            display_url(url),
+            "the SQLite file does not exist (nothing was created; a worker or a DurableSwarm "
+            "creates the database when it starts)",
+        )
     try:
         client = DBOSClient(
             system_database_url=url,
             serializer=JsonSerializer(),
             application_name=_dbos.APP_NAME,
-            use_listen_notify=url.startswith("postgresql"),
+            use_listen_notify=is_postgres(url),
         )
     except Exception as e:
-        raise DatabaseUnavailableError(url, _cause(e)) from e
+        raise DatabaseUnavailableError(display_url(url), _cause(e)) from e
     try:
         client.list_workflows(limit=1, load_input=False, load_output=False)
     except Exception as e:
         client.destroy()
         raise DatabaseUnavailableError(
-            url,
+            display_url(url),
             f"it is not a run database yet ({_cause(e)}); start a worker (or any DurableSwarm) "
             "on it first",
         ) from e
@@ -94,8 +93,9 @@ class ClientRunHandle:
                         "check get_run(run_id).status, and that a worker serves its queue)."
                     )
                 time.sleep(self._client.poll_interval)
-        handle: Any = self._client._dbos.retrieve_workflow(self.run_id)
-        output = handle.get_result(polling_interval_sec=self._client.poll_interval)
+        with naming_run(self.run_id):
+            handle: Any = self._client._dbos.retrieve_workflow(self.run_id)
+            output = handle.get_result(polling_interval_sec=self._client.poll_interval)
         ref = output.get("agent") or {}
         return Response(
             messages=output.get("messages") or [],
@@ -145,7 +145,7 @@ class DurableClient:
     """
 
     def __init__(self, database_url: str | None = None, *, poll_interval: float = 0.1) -> None:
-        self.database_url = _dbos.resolve_database_url(database_url)
+        self.database_url = resolve_database_url(database_url)
         self.poll_interval = poll_interval
         self._dbos = _connect(self.database_url)
         self.runs = RunControl(ClientSource(self._dbos))

@@ -12,7 +12,7 @@ from typing import Any
 
 from dbos import SetWorkflowID
 
-from .._errors import DurableSwarmError
+from ..errors import DurableSwarmError
 from ._runs import RunInfo, read_run, summarize
 from ._workflow import WAITING_EVENT, WORKFLOW_NAME
 

@@ -1,4 +1,4 @@
-"""Setting up DBOS for durable runs: database URL, configuration, one lazy launch per process."""
+"""Setting up DBOS for durable runs: configuration and one lazy launch per process."""
 
 from __future__ import annotations
 
@@ -6,24 +6,17 @@ import asyncio
 import os
 import threading
 from collections.abc import Coroutine, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import dbos._dbos as dbos_internals
 from dbos import DBOS
 
-from .._errors import DatabaseUnavailableError, DurableSwarmError
+from ..errors import DatabaseUnavailableError, DurableSwarmError
+from ._database import display_url
 from ._serializer import SCHEMA_VERSION, JsonSerializer
 
-__all__ = [
-    "APPLICATION_VERSION",
-    "DEFAULT_SQLITE_FILE",
-    "ensure_launched",
-    "resolve_database_url",
-    "shutdown",
-]
+__all__ = ["APPLICATION_VERSION", "ensure_launched", "shutdown"]
 
-DEFAULT_SQLITE_FILE = "durable_swarm.sqlite"
 # Recovery only picks up runs of the same application version, so it follows the log format
 # (not the library's or the app's code): upgrading either never orphans runs in flight.
 APPLICATION_VERSION = f"durable-swarm-log-v{SCHEMA_VERSION}"
@@ -34,35 +27,6 @@ T = TypeVar("T")
 _lock = threading.RLock()
 _launched_url: str | None = None
 _owned = False
-
-
-def resolve_database_url(database_url: str | None = None) -> str:
-    """The run database: the argument, else `DURABLE_SWARM_DATABASE_URL`, else
-    `DBOS_SYSTEM_DATABASE_URL`, else `durable_swarm.sqlite` in the working directory.
-
-    A bare file path means a SQLite file; `postgresql://...` (or `postgres://...`) selects
-    PostgreSQL. SQLite paths are made absolute so a later `chdir` cannot switch databases.
-    """
-    url = (
-        database_url
-        or os.environ.get("DURABLE_SWARM_DATABASE_URL")
-        or os.environ.get("DBOS_SYSTEM_DATABASE_URL")
-        or DEFAULT_SQLITE_FILE
-    )
-    if url.startswith("postgres://"):
-        url = "postgresql://" + url[len("postgres://") :]
-    if url.startswith("postgresql"):
-        return url
-    if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///") :]
-    elif "://" in url:
-        raise DurableSwarmError(
-            f"Unsupported database URL {url!r}: use a SQLite file path, `sqlite:///path`, or "
-            "`postgresql://user@host:port/database`."
-        )
-    else:
-        path = url
-    return "sqlite:///" + str(Path(path).expanduser().resolve())
 
 
 def _instance() -> Any:
@@ -117,9 +81,10 @@ def ensure_launched(
                     "(no DurableSwarm.run/launch at import time of the worker's module)."
                 )
             if _owned and _launched_url != database_url:
+                running, wanted = display_url(_launched_url or ""), display_url(database_url)
                 raise DurableSwarmError(
-                    f"DBOS already runs on {_launched_url!r} in this process; a DurableSwarm on "
-                    f"{database_url!r} cannot start beside it. Use one database per process, or "
+                    f"DBOS already runs on {running!r} in this process; a DurableSwarm on "
+                    f"{wanted!r} cannot start beside it. Use one database per process, or "
                     "call durable_swarm.durable.shutdown() first."
                 )
             return
@@ -135,7 +100,8 @@ def ensure_launched(
             if _owned:
                 DBOS.destroy()
                 _owned = False
-            raise DatabaseUnavailableError(database_url, f"{type(e).__name__}: {e}") from e
+            cause = f"{type(e).__name__}: {e}"
+            raise DatabaseUnavailableError(display_url(database_url), cause) from e
         _launched_url = database_url
 
 

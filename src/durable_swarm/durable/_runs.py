@@ -12,7 +12,7 @@ from typing import Any
 
 from dbos import DBOS
 
-from .._errors import RunNotFoundError
+from ..errors import RunNotFoundError
 from ._workflow import WAITING_EVENT, WORKFLOW_NAME
 
 __all__ = ["RunInfo", "StepRecord", "read_run", "run_status", "summarize"]

@@ -9,33 +9,19 @@ rebuilt on reading, anything else comes back as `RunError` carrying the original
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import date, datetime
 from typing import Any
 
 from dbos._serialization import Serializer
 
-from .. import _errors
-from .._errors import DurableSwarmError
+from .. import errors
+from ..errors import DurableSwarmError, RunError
 
 SCHEMA_VERSION = 1
 
-__all__ = ["SCHEMA_VERSION", "JsonSerializer", "RunError"]
-
-
-class RunError(DurableSwarmError):
-    """An error recorded in a run's log, raised again when the run's result is read.
-
-    `error_type` is the name of the original exception class (e.g. `openai.APIConnectionError`).
-    """
-
-    error_type: str
-    run_id: str | None
-
-    def __init__(self, message: str, *, error_type: str = "Exception", run_id: str | None = None):
-        super().__init__(message, error_type=error_type, run_id=run_id)
-
-    def __str__(self) -> str:
-        return f"{self.error_type}: {self.message}"
+__all__ = ["SCHEMA_VERSION", "JsonSerializer", "RunError", "naming_run"]
 
 
 def _encode(value: Any) -> Any:
@@ -72,13 +58,25 @@ def _encode(value: Any) -> Any:
 def _decode_error(data: dict[str, Any]) -> BaseException:
     type_name = str(data.get("type", "Exception"))
     module, _, name = type_name.rpartition(".")
-    cls = getattr(_errors, name, None) if module.startswith("durable_swarm") else None
+    cls = getattr(errors, name, None) if module.startswith("durable_swarm") else None
     if isinstance(cls, type) and issubclass(cls, DurableSwarmError):
         try:
             return cls(**data.get("fields") or {})
         except TypeError:
             pass
     return RunError(str(data.get("message", "")), error_type=type_name)
+
+
+@contextmanager
+def naming_run(run_id: str) -> Iterator[None]:
+    """Fill in `run_id` on a library error raised in this block that does not name its run (a
+    run's error read back from the database does not know which run it belongs to)."""
+    try:
+        yield
+    except DurableSwarmError as e:
+        if "run_id" in e._fields and e._fields["run_id"] is None:
+            e._fields["run_id"] = e.run_id = run_id  # type: ignore[attr-defined]
+        raise
 
 
 def _decode(value: Any) -> Any:

@@ -13,11 +13,13 @@ from typing import Any
 from dbos import DBOS, SetWorkflowID
 
 from .._aio import off_event_loop
-from .._errors import AgentNotFoundError, DurableSwarmError
+from ..errors import AgentNotFoundError, DurableSwarmError
 from ..types import Agent, Response
 from . import _dbos
 from ._control import RunControl
+from ._database import resolve_database_url
 from ._runs import RunInfo, read_run
+from ._serializer import naming_run
 from ._workflow import (
     EVENTS_STREAM,
     HOST,
@@ -96,20 +98,22 @@ class RunHandle:
     @off_event_loop
     def result(self) -> Response:
         """Wait for the run to finish and return its `Response` (raises the run's error)."""
-        if self._on_loop is not None:
-            waiting = self._on_loop.get_result(polling_interval_sec=_POLL_SECONDS)
-            output = _dbos.on_dbos_loop(waiting)
-        else:  # read through the database
-            handle: Any = DBOS.retrieve_workflow(self.run_id)
-            output = handle.get_result(polling_interval_sec=_POLL_SECONDS)
+        with naming_run(self.run_id):
+            if self._on_loop is not None:
+                waiting = self._on_loop.get_result(polling_interval_sec=_POLL_SECONDS)
+                output = _dbos.on_dbos_loop(waiting)
+            else:  # read through the database
+                handle: Any = DBOS.retrieve_workflow(self.run_id)
+                output = handle.get_result(polling_interval_sec=_POLL_SECONDS)
         response = _response(self.run_id, output)
         HOST.forget(self.run_id)
         return response
 
     async def aresult(self) -> Response:
         """`result` for async code."""
-        handle = self._handle or await DBOS.retrieve_workflow_async(self.run_id)
-        output: Any = await handle.get_result(polling_interval_sec=_POLL_SECONDS)
+        with naming_run(self.run_id):
+            handle = self._handle or await DBOS.retrieve_workflow_async(self.run_id)
+            output: Any = await handle.get_result(polling_interval_sec=_POLL_SECONDS)
         response = _response(self.run_id, output)
         HOST.forget(self.run_id)
         return response
@@ -180,7 +184,7 @@ class DurableSwarm:
         poll_interval: float = 0.1,
     ) -> None:
         self.client = client
-        self.database_url = _dbos.resolve_database_url(database_url)
+        self.database_url = resolve_database_url(database_url)
         self.executor_id = executor_id
         self.poll_interval = poll_interval
         if client:

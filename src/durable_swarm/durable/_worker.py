@@ -36,9 +36,10 @@ import sqlalchemy as sa
 from dbos import DBOS
 
 from .. import _registry
-from .._errors import DatabaseUnavailableError, DurableSwarmError
+from ..errors import DatabaseUnavailableError, DurableSwarmError
 from . import _dbos
 from ._client import DEFAULT_QUEUE
+from ._database import create_engine, display_url, resolve_database_url
 from ._swarm import DurableSwarm
 from ._workflow import HOST
 
@@ -102,7 +103,7 @@ class WorkerRegistry:
         self.queue = queue
         self.dead_after_ms = int(dead_after * 1000)
         self.incarnation = uuid.uuid4().hex
-        self._engine = _engine(database_url)
+        self._engine = create_engine(database_url, pool_size=2)
         if self._engine.dialect.name == "postgresql":
             self._now = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
         else:
@@ -258,17 +259,6 @@ class WorkerRegistry:
         )
 
 
-def _engine(url: str) -> sa.Engine:
-    if url.startswith("sqlite:///"):
-        return sa.create_engine(url, connect_args={"timeout": 30})
-    address = sa.engine.make_url(url)
-    if address.drivername in ("postgresql", "postgres"):
-        address = address.set(drivername="postgresql+psycopg")
-    return sa.create_engine(
-        address, pool_size=2, pool_pre_ping=True, connect_args={"connect_timeout": 10}
-    )
-
-
 def recover_runs_of(executor_id: str) -> int:
     """Put the PENDING runs of the (dead) executor `executor_id` back on their queues; returns
     how many. Needs DBOS launched in this process."""
@@ -314,15 +304,6 @@ def load_target(target: str) -> Any:
 def _is_model_client(obj: Any) -> bool:
     chat = getattr(obj, "chat", None)
     return callable(getattr(getattr(chat, "completions", None), "create", None))
-
-
-def _display(url: str) -> str:
-    if url.startswith("sqlite:///"):
-        return url[len("sqlite:///") :]
-    try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return url
 
 
 class Worker:
@@ -397,7 +378,7 @@ class Worker:
             listener_poll = obj.poll_interval
         elif _is_model_client(obj):
             HOST.default_client = obj
-        self.database_url = _dbos.resolve_database_url(url)
+        self.database_url = resolve_database_url(url)
         self.executor_id = self._executor_id or (
             f"worker-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
         )
@@ -414,7 +395,7 @@ class Worker:
                 registry.register(self._stop.wait)
         except sa.exc.DBAPIError as e:
             registry.close()
-            raise DatabaseUnavailableError(_display(self.database_url), str(e.orig)) from e
+            raise DatabaseUnavailableError(display_url(self.database_url), str(e.orig)) from e
         _dbos.ensure_launched(
             self.database_url,
             executor_id=self.executor_id,
@@ -428,7 +409,7 @@ class Worker:
         self._register_queue()
         agents = ", ".join(sorted(_registry._agents)) or "none"
         self._say(
-            f"serving queue {self.queue!r} on {_display(self.database_url)} as executor "
+            f"serving queue {self.queue!r} on {display_url(self.database_url)} as executor "
             f"{self.executor_id!r}, concurrency {self.concurrency}; agents: {agents}"
         )
         self._monitor = threading.Thread(

@@ -22,7 +22,7 @@ from dbos import DBOS, SetWorkflowID, StepOptions
 from dbos._error import DBOSWorkflowCancelledError
 
 from .. import _registry, model
-from .._errors import AgentNotFoundError, DurableSwarmError, ToolResultNotSerializableError
+from ..errors import AgentNotFoundError, DurableSwarmError, ToolResultNotSerializableError
 from ..handoffs import AfterWork, AfterWorkOption
 from ..human import arguments_digest
 from ..loop import ModelCall, ToolCall, Transition, WaitForInput, turn_loop

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .._errors import DurableSwarmError
+from ..errors import WorkspaceError
 from ._skill import Skill
 
 __all__ = ["FileTools", "WorkspaceError"]
@@ -26,11 +26,6 @@ __all__ = ["FileTools", "WorkspaceError"]
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _MIN_RESULT_CHARS = 200
 _MAX_LINE_CHARS = 300
-
-
-class WorkspaceError(DurableSwarmError, ValueError):
-    """A file tool refused a request: a path outside the workspace, a missing or binary file,
-    a size limit. File tools turn it into an `"Error: ..."` answer for the model."""
 
 
 def _positive(name: str, value: Any, minimum: int = 1) -> int:

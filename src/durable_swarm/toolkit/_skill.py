@@ -13,18 +13,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-from .._errors import DurableSwarmError
+from ..errors import SkillCompositionError
 from ..tools import tool_name
 from ._tool import check_tool_name, describe_callable
 
 __all__ = ["Skill", "SkillCompositionError", "skill", "skill_instructions", "skill_tools"]
 
 _AGENT_FUNCTIONS = "the agent's own functions"
-
-
-class SkillCompositionError(DurableSwarmError, ValueError):
-    """Skills that cannot be combined: one tool name for two different tools, or one skill name
-    for two different skills. The message names both sides and how to resolve the clash."""
 
 
 @dataclass(frozen=True)

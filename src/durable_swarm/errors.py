@@ -1,8 +1,28 @@
-"""Exceptions. Each says what happened, which run/step/agent/tool, and what to do; each pickles."""
+"""Every exception durable-swarm raises (besides Python's own `TypeError`/`ValueError` for bad
+arguments and `TimeoutError` for a wait that ran out).
+
+Each says what happened, which run/step/agent/tool, and what to do. Each pickles (`__reduce__`
+rebuilds it from its keyword fields), so it crosses process boundaries intact; a run's error read
+back from the database is rebuilt as the same class when it is one of these, else as `RunError`
+carrying the original type name, message and run id.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+__all__ = [
+    "AgentNotFoundError",
+    "ContextExpressionError",
+    "DatabaseUnavailableError",
+    "DurableSwarmError",
+    "ModelResponseError",
+    "RunError",
+    "RunNotFoundError",
+    "SkillCompositionError",
+    "ToolResultNotSerializableError",
+    "WorkspaceError",
+]
 
 
 def _rebuild(cls: type[DurableSwarmError], kwargs: dict[str, Any]) -> DurableSwarmError:
@@ -107,6 +127,7 @@ class DatabaseUnavailableError(DurableSwarmError, ConnectionError):
     cause: str
 
     def __init__(self, url: str, cause: str):
+        """`url` is shown as given: pass it through `display_url` (password hidden)."""
         super().__init__(
             f"Cannot open the run database {url!r}: {cause}. Check that the server is running "
             "and the URL is right (argument `database_url`, or DURABLE_SWARM_DATABASE_URL). "
@@ -117,3 +138,41 @@ class DatabaseUnavailableError(DurableSwarmError, ConnectionError):
 
     def _kwargs(self) -> dict[str, Any]:
         return {"url": self.url, "cause": self.cause}
+
+
+class RunError(DurableSwarmError):
+    """An error recorded in a run's log, raised again when the run's result is read.
+
+    `error_type` is the qualified name of the original exception class (e.g.
+    `openai.APIConnectionError`), `message` its message and `run_id` the run that failed; all
+    three survive pickling and reading the run from another process.
+    """
+
+    error_type: str
+    run_id: str | None
+
+    def __init__(self, message: str, *, error_type: str = "Exception", run_id: str | None = None):
+        super().__init__(message, error_type=error_type, run_id=run_id)
+
+    def __str__(self) -> str:
+        return f"{self.error_type}: {self.message}"
+
+
+class ContextExpressionError(DurableSwarmError, ValueError):
+    """A `ContextExpression` that cannot be parsed (raised when it is defined, never mid-run)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {"message": self.message}
+
+
+class SkillCompositionError(DurableSwarmError, ValueError):
+    """Skills that cannot be combined: one tool name for two different tools, or one skill name
+    for two different skills. The message names both sides and how to resolve the clash."""
+
+
+class WorkspaceError(DurableSwarmError, ValueError):
+    """A file tool refused a request: a path outside the workspace, a missing or binary file,
+    a size limit. File tools turn it into an `"Error: ..."` answer for the model."""

@@ -1,0 +1,116 @@
+"""The run database: which one (URL resolution), how it is shown to people, how it is opened.
+
+Every part of the library that picks, names or connects to the run database goes through here:
+`resolve_database_url` for the order of precedence, `display_url` wherever a URL reaches an error
+message or the terminal (a password never does), and `create_engine` for the SQLAlchemy engines
+this library opens itself beside DBOS's own (the worker table, the CLI's read-only checks).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from ..errors import DurableSwarmError
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+__all__ = [
+    "DEFAULT_SQLITE_FILE",
+    "create_engine",
+    "display_url",
+    "is_postgres",
+    "resolve_database_url",
+    "sqlite_path",
+]
+
+DEFAULT_SQLITE_FILE = "durable_swarm.sqlite"
+_SQLITE_PREFIX = "sqlite:///"
+_HIDDEN = "***"
+
+
+def resolve_database_url(database_url: str | None = None) -> str:
+    """The run database: the argument, else `DURABLE_SWARM_DATABASE_URL`, else
+    `DBOS_SYSTEM_DATABASE_URL`, else `durable_swarm.sqlite` in the working directory.
+
+    A bare file path means a SQLite file; `postgresql://...` (or `postgres://...`) selects
+    PostgreSQL. SQLite paths are made absolute so a later `chdir` cannot switch databases.
+    Returns `sqlite:///<absolute path>` or `postgresql://...`; raises `DurableSwarmError` for any
+    other scheme.
+    """
+    url = (
+        database_url
+        or os.environ.get("DURABLE_SWARM_DATABASE_URL")
+        or os.environ.get("DBOS_SYSTEM_DATABASE_URL")
+        or DEFAULT_SQLITE_FILE
+    )
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://") :]
+    if url.startswith("postgresql"):
+        return url
+    if url.startswith(_SQLITE_PREFIX):
+        path = url[len(_SQLITE_PREFIX) :]
+    elif "://" in url:
+        raise DurableSwarmError(
+            f"Unsupported database URL {display_url(url)!r}: use a SQLite file path, "
+            "`sqlite:///path`, or `postgresql://user@host:port/database`."
+        )
+    else:
+        path = url
+    return _SQLITE_PREFIX + str(Path(path).expanduser().resolve())
+
+
+def is_postgres(url: str) -> bool:
+    """Whether the resolved `url` names a PostgreSQL database."""
+    return url.startswith("postgresql")
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a resolved SQLite `url`, or None for a server database."""
+    return Path(url[len(_SQLITE_PREFIX) :]) if url.startswith(_SQLITE_PREFIX) else None
+
+
+def display_url(url: str) -> str:
+    """`url` as shown to people: a SQLite file's path, or the URL with its password (in the
+    user part or a `password=` query parameter) replaced by `***`. Never fails."""
+    path = sqlite_path(url)
+    if path is not None:
+        return str(path)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return _HIDDEN if "@" in url or "password" in url.lower() else url
+    netloc = parts.netloc
+    userinfo, at, host = netloc.rpartition("@")
+    if at and ":" in userinfo:
+        netloc = f"{userinfo.partition(':')[0]}:{_HIDDEN}@{host}"
+    query = parts.query
+    if "password" in query.lower():
+        pairs = parse_qsl(query, keep_blank_values=True)
+        hidden = [(k, _HIDDEN if k.lower() == "password" else v) for k, v in pairs]
+        query = urlencode(hidden, safe="*")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def create_engine(
+    url: str, *, connect_timeout: int = 10, pool_size: int | None = None
+) -> sa.Engine:
+    """A SQLAlchemy engine on the resolved run database `url`, with this library's settings:
+    SQLite waits up to 30 s for a lock; PostgreSQL uses the psycopg (3) driver, a pool of
+    `pool_size` connections (SQLAlchemy's default if None) checked before use, and gives up
+    connecting after `connect_timeout` seconds. Raises `sqlalchemy.exc.ArgumentError` for a
+    malformed URL and `ModuleNotFoundError` without the psycopg driver."""
+    import sqlalchemy as sa
+
+    if sqlite_path(url) is not None:
+        return sa.create_engine(url, connect_args={"timeout": 30})
+    address = sa.engine.make_url(url)
+    if address.drivername in ("postgresql", "postgres"):
+        address = address.set(drivername="postgresql+psycopg")
+    pool: dict[str, Any] = {} if pool_size is None else {"pool_size": pool_size}
+    return sa.create_engine(
+        address, pool_pre_ping=True, connect_args={"connect_timeout": connect_timeout}, **pool
+    )
