@@ -3,6 +3,7 @@
 from ._client import DEFAULT_QUEUE, ClientRunHandle, DurableClient
 from ._database import resolve_database_url
 from ._dbos import shutdown
+from ._listing import PendingApproval
 from ._runs import RunInfo, StepRecord
 from ._serializer import SCHEMA_VERSION, JsonSerializer, RunError
 from ._swarm import DurableSwarm, RunHandle
@@ -17,6 +18,7 @@ __all__ = [
     "DurableClient",
     "DurableSwarm",
     "JsonSerializer",
+    "PendingApproval",
     "RunError",
     "RunHandle",
     "RunInfo",

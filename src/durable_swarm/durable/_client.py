@@ -22,6 +22,7 @@ from ..types import Response
 from . import _dbos
 from ._control import ClientSource, RunControl
 from ._database import display_url, is_postgres, resolve_database_url, sqlite_path
+from ._listing import PendingApproval
 from ._runs import RunInfo
 from ._serializer import JsonSerializer, naming_run
 from ._workflow import EVENTS_STREAM, WORKFLOW_NAME
@@ -243,14 +244,43 @@ class DurableClient:
         *,
         status: str | list[str] | None = None,
         agent: str | None = None,
+        search: str | None = None,
         since: Any = None,
         until: Any = None,
-        limit: int | None = 100,
+        limit: int | None = 50,
+        offset: int = 0,
     ) -> list[RunInfo]:
-        """Runs, newest first, filtered as `DurableSwarm.list_runs` does."""
+        """Runs, newest first, filtered as `DurableSwarm.list_runs` does: one page of `limit`
+        runs (None: all) after skipping `offset`. One SQL query finds the page, whatever the
+        number of runs in the database."""
         return self.runs.list_runs(
-            status=status, agent=agent, since=since, until=until, limit=limit
+            status=status,
+            agent=agent,
+            search=search,
+            since=since,
+            until=until,
+            limit=limit,
+            offset=offset,
         )
+
+    def count_runs(
+        self,
+        *,
+        status: str | list[str] | None = None,
+        agent: str | None = None,
+        search: str | None = None,
+        since: Any = None,
+        until: Any = None,
+    ) -> int:
+        """How many runs `list_runs` with the same filters finds (for paging)."""
+        return self.runs.count_runs(
+            status=status, agent=agent, search=search, since=since, until=until
+        )
+
+    def list_approvals(self, *, limit: int | None = None) -> list[PendingApproval]:
+        """The tool calls runs wait for a person to approve (`PendingApproval`: run id, tool
+        call id, tool, the exact arguments, since when), longest waiting first."""
+        return self.runs.list_approvals(limit=limit)
 
     # --- the person in the loop ----------------------------------------------------------
 

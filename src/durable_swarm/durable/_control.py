@@ -13,20 +13,11 @@ from typing import Any
 from dbos import SetWorkflowID
 
 from ..errors import DurableSwarmError
+from ._listing import PendingApproval, RunQuery, check_statuses
 from ._runs import RunInfo, read_run, summarize
-from ._workflow import WAITING_EVENT, WORKFLOW_NAME
+from ._workflow import WAITING_EVENT
 
 __all__ = ["ClientSource", "RunControl"]
-
-# This library's statuses by the DBOS statuses they come from (the waits are PENDING runs).
-_DBOS_STATUSES = {
-    "pending": ["PENDING", "ENQUEUED", "DELAYED"],
-    "waiting_for_input": ["PENDING"],
-    "waiting_for_approval": ["PENDING"],
-    "succeeded": ["SUCCESS"],
-    "failed": ["ERROR", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"],
-    "cancelled": ["CANCELLED"],
-}
 
 
 def _now() -> str:
@@ -38,12 +29,6 @@ def _answer_key(run_id: str, waiting: dict[str, Any]) -> str | None:
     answering the run's next question."""
     wait_id = waiting.get("wait_id")
     return f"{run_id}:answer:{wait_id}" if wait_id is not None else None
-
-
-def _iso(value: Any) -> str | None:
-    if value is None:
-        return None
-    return value if isinstance(value, str) else value.isoformat()
 
 
 class ClientSource:
@@ -62,12 +47,27 @@ class ClientSource:
     def get_all_events(self, run_id: str) -> dict[str, Any]:
         return {WAITING_EVENT: self._client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)}
 
+    @property
+    def system_database(self) -> Any:
+        """DBOS's system database object behind the client (its engine and tables)."""
+        return self._client._sys_db
+
+
+def _system_database(source: Any) -> Any:
+    found = getattr(source, "system_database", None)
+    if found is not None:
+        return found
+    from dbos._dbos import _get_dbos_instance
+
+    return _get_dbos_instance()._sys_db
+
 
 class RunControl:
     """Runs as their log tells them, and the commands that steer them (see `DurableSwarm`)."""
 
     def __init__(self, source: Any) -> None:
         self.source = source
+        self._query: RunQuery | None = None
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -75,46 +75,70 @@ class RunControl:
         """The whole run (raises `RunNotFoundError` for an unknown id)."""
         return read_run(run_id, self.source)
 
+    @property
+    def query(self) -> RunQuery:
+        """SQL listing over the run database (filters, search, counts, paging)."""
+        if self._query is None:
+            self._query = RunQuery(_system_database(self.source))
+        return self._query
+
     def list_runs(
         self,
         *,
         status: str | list[str] | None = None,
         agent: str | None = None,
+        search: str | None = None,
         since: Any = None,
         until: Any = None,
-        limit: int | None = 100,
+        limit: int | None = 50,
+        offset: int = 0,
     ) -> list[RunInfo]:
-        """Runs, newest first, filtered by status, agent and creation time."""
-        wanted = [status] if isinstance(status, str) else list(status or [])
-        unknown = [s for s in wanted if s not in _DBOS_STATUSES]
-        if unknown:
+        """Runs, newest first, filtered by status, agent, text in their messages and creation
+        time; `limit` runs (None: all) after skipping `offset`."""
+        if (limit is not None and limit < 0) or offset < 0:
             raise DurableSwarmError(
-                f"Unknown run status {unknown[0]!r}; use one of {', '.join(_DBOS_STATUSES)}."
+                f"`limit` and `offset` must not be negative (got limit={limit}, offset={offset})."
             )
-        dbos_statuses = sorted({d for s in wanted for d in _DBOS_STATUSES[s]}) or None
-        exact = not agent and not any(s.startswith("waiting") or s == "pending" for s in wanted)
-        workflows = self.source.list_workflows(
-            name=WORKFLOW_NAME,
-            status=dbos_statuses,
-            start_time=_iso(since),
-            end_time=_iso(until),
-            limit=limit if exact else None,
-            sort_desc=True,
-            load_input=True,
-            load_output=True,
+        ids = self.query.run_ids(
+            status=check_statuses(status),
+            agent=agent,
+            search=search,
+            since=since,
+            until=until,
+            limit=limit,
+            offset=offset,
         )
-        runs = []
-        for wf in workflows:
-            waiting = None
-            if wf.status == "PENDING":
-                waiting = self.source.get_all_events(wf.workflow_id).get(WAITING_EVENT)
-            info = summarize(wf, waiting)
-            if (wanted and info.status not in wanted) or (agent and info.agent != agent):
-                continue
-            runs.append(info)
-            if limit is not None and len(runs) >= limit:
-                break
-        return runs
+        if not ids:
+            return []
+        rows = {
+            wf.workflow_id: wf
+            for wf in self.source.list_workflows(
+                workflow_ids=ids, load_input=True, load_output=True
+            )
+        }
+        pending = [
+            run_id for run_id in ids if getattr(rows.get(run_id), "status", None) == "PENDING"
+        ]
+        waiting = self.query.waiting(pending)
+        return [summarize(rows[run_id], waiting.get(run_id)) for run_id in ids if run_id in rows]
+
+    def count_runs(
+        self,
+        *,
+        status: str | list[str] | None = None,
+        agent: str | None = None,
+        search: str | None = None,
+        since: Any = None,
+        until: Any = None,
+    ) -> int:
+        """How many runs `list_runs` with the same filters finds (without a limit)."""
+        return self.query.count(
+            status=check_statuses(status), agent=agent, search=search, since=since, until=until
+        )
+
+    def list_approvals(self, *, limit: int | None = None) -> list[PendingApproval]:
+        """The tool calls runs wait for a person to approve, longest waiting first."""
+        return self.query.approvals(limit=limit)
 
     # --- the person in the loop ----------------------------------------------------------
 

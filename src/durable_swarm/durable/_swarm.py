@@ -18,6 +18,7 @@ from ..types import Agent, Response
 from . import _dbos
 from ._control import RunControl
 from ._database import resolve_database_url
+from ._listing import PendingApproval
 from ._runs import RunInfo, read_run
 from ._serializer import naming_run
 from ._workflow import (
@@ -431,16 +432,45 @@ class DurableSwarm:
         *,
         status: str | list[str] | None = None,
         agent: str | None = None,
+        search: str | None = None,
         since: Any = None,
         until: Any = None,
-        limit: int | None = 100,
+        limit: int | None = 50,
+        offset: int = 0,
     ) -> list[RunInfo]:
         """Runs, newest first: optionally only those with `status` (one or several of this
-        library's status names), on `agent`, or created between `since` and `until`
-        (datetimes or ISO strings)."""
+        library's status names), on `agent`, with `search` in their messages (case-insensitive
+        text), or created between `since` and `until` (datetimes or ISO strings). One page of
+        `limit` runs (None: all) after skipping `offset`."""
         return self.runs.list_runs(
-            status=status, agent=agent, since=since, until=until, limit=limit
+            status=status,
+            agent=agent,
+            search=search,
+            since=since,
+            until=until,
+            limit=limit,
+            offset=offset,
         )
+
+    @off_event_loop
+    def count_runs(
+        self,
+        *,
+        status: str | list[str] | None = None,
+        agent: str | None = None,
+        search: str | None = None,
+        since: Any = None,
+        until: Any = None,
+    ) -> int:
+        """How many runs `list_runs` with the same filters finds (for paging)."""
+        return self.runs.count_runs(
+            status=status, agent=agent, search=search, since=since, until=until
+        )
+
+    @off_event_loop
+    def list_approvals(self, *, limit: int | None = None) -> list[PendingApproval]:
+        """The tool calls runs wait for a person to approve, longest waiting first."""
+        return self.runs.list_approvals(limit=limit)
 
     # --- the person in the loop ----------------------------------------------------------
 

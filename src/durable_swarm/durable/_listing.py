@@ -1,0 +1,315 @@
+"""Listing runs in SQL: filters, text search, counts and paging on DBOS's system tables.
+
+DBOS's `list_workflows` filters by its own columns only; a run's agent, what it waits for and the
+text of its messages live in JSON payloads (this library's serializer writes every payload as
+`{"schema_version": N, "value": ...}`). This module filters, counts and pages runs in one SQL
+query on DBOS's tables (through the SQLAlchemy engine and table definitions of DBOS's system
+database object, on SQLite and PostgreSQL alike), so a page of the runs list costs the same with
+a hundred runs or a hundred thousand. The rows of a page are then read through DBOS's public
+`list_workflows`, as everything else reads them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+from ..errors import DurableSwarmError
+from ._serializer import JsonSerializer
+from ._workflow import WAITING_EVENT, WORKFLOW_NAME
+
+__all__ = ["STATUS_NAMES", "PendingApproval", "RunQuery", "check_statuses"]
+
+# This library's statuses by the DBOS statuses they come from (the waits are PENDING runs).
+_DBOS_STATUSES = {
+    "pending": ["PENDING", "ENQUEUED", "DELAYED"],
+    "waiting_for_input": ["PENDING"],
+    "waiting_for_approval": ["PENDING"],
+    "succeeded": ["SUCCESS"],
+    "failed": ["ERROR", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"],
+    "cancelled": ["CANCELLED"],
+}
+STATUS_NAMES = tuple(_DBOS_STATUSES)
+# Steps whose stored output holds a message's text: model and tool calls, a person's answer.
+_MESSAGE_STEPS = ("model:%", "tool:%")
+_ANSWER_STEP = "DBOS.recv"
+_SET_EVENT_STEP = "DBOS.setEvent"
+
+
+@dataclass
+class PendingApproval:
+    """A tool call a run waits for a person to approve or reject.
+
+    `arguments` is the exact JSON text of the arguments the model sent (an approval is bound to
+    them); `since` is when the run started waiting.
+    """
+
+    run_id: str
+    tool_call_id: str
+    tool: str
+    arguments: str
+    agent: str | None
+    since: datetime | None
+
+
+def _epoch_ms(value: Any, what: str) -> int:
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise DurableSwarmError(
+                f"`{what}` must be a datetime or an ISO 8601 string like 2026-01-31T12:00:00, "
+                f"not {value!r}."
+            ) from None
+    if not isinstance(value, datetime):
+        raise DurableSwarmError(
+            f"`{what}` must be a datetime or an ISO 8601 string, not {value!r}."
+        )
+    return int(value.timestamp() * 1000)
+
+
+def _time(epoch_ms: int | None) -> datetime | None:
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc) if epoch_ms else None
+
+
+def check_statuses(status: str | list[str] | None) -> list[str]:
+    """The status names asked for, as a list (raises `DurableSwarmError` for an unknown one)."""
+    wanted = [status] if isinstance(status, str) else list(status or [])
+    unknown = [s for s in wanted if s not in _DBOS_STATUSES]
+    if unknown:
+        raise DurableSwarmError(
+            f"Unknown run status {unknown[0]!r}; use one of {', '.join(_DBOS_STATUSES)}."
+        )
+    return wanted
+
+
+def _like_pattern(text: str) -> str:
+    """A LIKE pattern finding `text` inside stored JSON (where it appears JSON-escaped)."""
+    escaped = json.dumps(text)[1:-1]
+    for char in ("\\", "%", "_"):
+        escaped = escaped.replace(char, "\\" + char)
+    return f"%{escaped}%"
+
+
+class RunQuery:
+    """SQL over the run database's DBOS tables (see the module docstring).
+
+    `sys_db` is DBOS's system database object of a launched DBOS or of a `DBOSClient`.
+    """
+
+    def __init__(self, sys_db: Any) -> None:
+        self._engine = sys_db.engine
+        self._tables = sys_db.tables
+        self._postgres = self._engine.dialect.name == "postgresql"
+        self._serializer = JsonSerializer()
+
+    def _json_text(self, column: Any, *path: str | int) -> Any:
+        """The text at `path` inside the JSON document `column` (NULL when absent)."""
+        if self._postgres:
+            return sa.func.jsonb_extract_path_text(sa.cast(column, JSONB), *map(str, path))
+        json_path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+        return sa.func.json_extract(column, json_path)
+
+    def _filtered(
+        self,
+        columns: list[Any],
+        *,
+        status: list[str],
+        agent: str | None,
+        search: str | None,
+        since: Any,
+        until: Any,
+    ) -> Any:
+        t = self._tables
+        ws, wi, wo, ev = t.workflow_status, t.workflow_input, t.workflow_output, t.workflow_events
+        ours = ws.c.name == WORKFLOW_NAME
+        inputs = sa.func.coalesce(wi.c.inputs, ws.c.inputs)
+        output = sa.func.coalesce(wo.c.output, ws.c.output)
+        joined = (
+            ws.outerjoin(wi, wi.c.workflow_uuid == ws.c.workflow_uuid)
+            .outerjoin(wo, wo.c.workflow_uuid == ws.c.workflow_uuid)
+            .outerjoin(
+                ev, sa.and_(ev.c.workflow_uuid == ws.c.workflow_uuid, ev.c.key == WAITING_EVENT)
+            )
+        )
+        where: list[Any] = [ours]
+        if status:
+            kind = self._json_text(ev.c.value, "value", "kind")
+            waits = ws.c.status == "PENDING"
+            by_status = {
+                "pending": sa.and_(
+                    ws.c.status.in_(_DBOS_STATUSES["pending"]),
+                    sa.or_(ws.c.status != "PENDING", kind.is_(None)),
+                ),
+                "waiting_for_input": sa.and_(waits, kind.is_not(None), kind != "approval"),
+                "waiting_for_approval": sa.and_(waits, kind == "approval"),
+            }
+            where.append(
+                sa.or_(*(by_status.get(s, ws.c.status.in_(_DBOS_STATUSES[s])) for s in status))
+            )
+        if agent:
+            # The agent a run ended on (its result), else the one it started with (its input).
+            # CASE keeps the JSON parsing to this library's runs.
+            current = sa.case(
+                (
+                    ours,
+                    sa.func.coalesce(
+                        self._json_text(output, "value", "agent", "name"),
+                        self._json_text(inputs, "value", "args", 0, "agent", "name"),
+                    ),
+                )
+            )
+            where.append(current == agent)
+        if search:
+            op = t.operation_outputs
+            pattern = _like_pattern(search)
+            in_steps = (
+                sa.select(sa.literal(1))
+                .where(
+                    op.c.workflow_uuid == ws.c.workflow_uuid,
+                    sa.or_(
+                        *(op.c.function_name.like(p) for p in _MESSAGE_STEPS),
+                        op.c.function_name == _ANSWER_STEP,
+                    ),
+                    op.c.output.ilike(pattern, escape="\\"),
+                )
+                .exists()
+            )
+            where.append(
+                sa.or_(
+                    inputs.ilike(pattern, escape="\\"),
+                    output.ilike(pattern, escape="\\"),
+                    in_steps,
+                )
+            )
+        if since is not None:
+            where.append(ws.c.created_at >= _epoch_ms(since, "since"))
+        if until is not None:
+            where.append(ws.c.created_at <= _epoch_ms(until, "until"))
+        return sa.select(*columns).select_from(joined).where(*where)
+
+    def run_ids(
+        self,
+        *,
+        status: list[str],
+        agent: str | None = None,
+        search: str | None = None,
+        since: Any = None,
+        until: Any = None,
+        limit: int | None = 50,
+        offset: int = 0,
+    ) -> list[str]:
+        """The ids of the runs matching the filters, newest first, one page of them."""
+        ws = self._tables.workflow_status
+        query = self._filtered(
+            [ws.c.workflow_uuid],
+            status=status,
+            agent=agent,
+            search=search,
+            since=since,
+            until=until,
+        ).order_by(ws.c.created_at.desc(), ws.c.workflow_uuid.desc())
+        if limit is not None:
+            query = query.limit(limit)
+        if offset:
+            query = query.offset(offset)
+        with self._engine.connect() as conn:
+            return [row[0] for row in conn.execute(query)]
+
+    def count(
+        self,
+        *,
+        status: list[str],
+        agent: str | None = None,
+        search: str | None = None,
+        since: Any = None,
+        until: Any = None,
+    ) -> int:
+        """How many runs match the filters."""
+        query = self._filtered(
+            [sa.func.count()], status=status, agent=agent, search=search, since=since, until=until
+        )
+        with self._engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    def waiting(self, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """What each of these runs waits for, by run id (runs waiting for nothing left out)."""
+        if not run_ids:
+            return {}
+        ev = self._tables.workflow_events
+        query = sa.select(ev.c.workflow_uuid, ev.c.value).where(
+            ev.c.workflow_uuid.in_(run_ids), ev.c.key == WAITING_EVENT
+        )
+        with self._engine.connect() as conn:
+            rows = conn.execute(query).all()
+        found = {run_id: self._serializer.deserialize(value) for run_id, value in rows}
+        return {run_id: value for run_id, value in found.items() if value}
+
+    def model_usage(self, run_ids: list[str]) -> dict[str, dict[str, int]]:
+        """Each run's model calls and tokens so far: `{"model_calls": n, "tokens": n}`."""
+        usage = {run_id: {"model_calls": 0, "tokens": 0} for run_id in run_ids}
+        if not run_ids:
+            return usage
+        op = self._tables.operation_outputs
+        query = sa.select(op.c.workflow_uuid, op.c.output).where(
+            op.c.workflow_uuid.in_(run_ids), op.c.function_name.like(_MESSAGE_STEPS[0])
+        )
+        with self._engine.connect() as conn:
+            rows = conn.execute(query).all()
+        for run_id, output in rows:
+            usage[run_id]["model_calls"] += 1
+            value = self._serializer.deserialize(output) if output else None
+            tokens = (value or {}).get("usage") if isinstance(value, dict) else None
+            if isinstance(tokens, dict) and isinstance(tokens.get("total_tokens"), int):
+                usage[run_id]["tokens"] += tokens["total_tokens"]
+        return usage
+
+    def approvals(self, *, limit: int | None = None) -> list[PendingApproval]:
+        """The tool calls runs wait for a person to approve, longest waiting first."""
+        t = self._tables
+        ws, ev, op = t.workflow_status, t.workflow_events, t.operation_outputs
+        since = (
+            sa.select(sa.func.max(op.c.completed_at_epoch_ms))
+            .where(op.c.workflow_uuid == ws.c.workflow_uuid, op.c.function_name == _SET_EVENT_STEP)
+            .scalar_subquery()
+        )
+        query = (
+            sa.select(ws.c.workflow_uuid, ev.c.value, sa.func.coalesce(since, ws.c.updated_at))
+            .select_from(
+                ws.join(
+                    ev,
+                    sa.and_(ev.c.workflow_uuid == ws.c.workflow_uuid, ev.c.key == WAITING_EVENT),
+                )
+            )
+            .where(
+                ws.c.name == WORKFLOW_NAME,
+                ws.c.status == "PENDING",
+                self._json_text(ev.c.value, "value", "kind") == "approval",
+            )
+            .order_by(ws.c.created_at, ws.c.workflow_uuid)
+        )
+        if limit is not None:
+            query = query.limit(limit)
+        with self._engine.connect() as conn:
+            rows = conn.execute(query).all()
+        found = []
+        for run_id, value, since_ms in rows:
+            waiting = self._serializer.deserialize(value) or {}
+            call = waiting.get("tool_call") or {}
+            function = call.get("function") or {}
+            found.append(
+                PendingApproval(
+                    run_id=run_id,
+                    tool_call_id=str(call.get("id")),
+                    tool=str(function.get("name")),
+                    arguments=str(function.get("arguments", "")),
+                    agent=waiting.get("agent"),
+                    since=_time(since_ms),
+                )
+            )
+        return found
