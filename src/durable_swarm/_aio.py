@@ -4,12 +4,47 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import functools
+import inspect
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
+
+# Sync tools and sync model clients block for as long as they take (a model call: seconds), so
+# they get threads of their own: DBOS's executor stays small, for database calls only.
+BLOCKING_THREADS = 64
+_blocking: concurrent.futures.ThreadPoolExecutor | None = None
+_blocking_lock = threading.Lock()
+
+
+def blocking_executor() -> concurrent.futures.ThreadPoolExecutor:
+    """The process's pool for sync tools and sync model calls made from async code
+    (`BLOCKING_THREADS` threads at most, started on demand)."""
+    global _blocking
+    with _blocking_lock:
+        if _blocking is None:
+            _blocking = concurrent.futures.ThreadPoolExecutor(
+                BLOCKING_THREADS, thread_name_prefix="durable-swarm-blocking"
+            )
+        return _blocking
+
+
+async def in_thread(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """`asyncio.to_thread` on `blocking_executor()`: `func` runs in a thread with the caller's
+    context variables, and the caller awaits it."""
+    call = functools.partial(contextvars.copy_context().run, func, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(blocking_executor(), call)
+
+
+def is_async_callable(func: Any) -> bool:
+    """Whether `func` is an `async def` function, also behind decorators that keep
+    `__wrapped__` (`functools.wraps`, as on `openai.AsyncOpenAI`'s `create`) or a
+    `functools.partial` (`inspect.iscoroutinefunction` alone misses the decorated ones)."""
+    return inspect.iscoroutinefunction(inspect.unwrap(func))
 
 
 def run_coroutine(awaitable: Awaitable[T]) -> T:

@@ -8,13 +8,12 @@ exponential backoff that honours `Retry-After` (its `max_retries`, 2 by default)
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from ._aio import run_coroutine
+from ._aio import in_thread, is_async_callable, run_coroutine
 from .errors import ModelResponseError
 from .util import merge_chunk
 
@@ -48,12 +47,15 @@ def create(
 async def acreate(
     client: Any, request: dict[str, Any], *, sender: str | None = None, run_id: str | None = None
 ) -> Any:
-    """Call the client from async code; a synchronous client runs in a worker thread."""
+    """Call the client from async code: an async client's `create` (`openai.AsyncOpenAI`'s is
+    an `async def` behind a decorator) is awaited on the loop; a synchronous client runs in a
+    thread of `_aio.blocking_executor()`."""
     create_fn = client.chat.completions.create
     try:
-        if inspect.iscoroutinefunction(create_fn):
-            return await create_fn(**request)
-        result = await asyncio.to_thread(create_fn, **request)
+        if is_async_callable(create_fn):
+            result = create_fn(**request)
+        else:
+            result = await in_thread(create_fn, **request)
         if inspect.isawaitable(result):
             result = await result
     except json.JSONDecodeError as e:
@@ -158,7 +160,7 @@ async def astream_chunks(
             return
         iterator = iter(stream)
         done = object()
-        while (chunk := await asyncio.to_thread(next, iterator, done)) is not done:
+        while (chunk := await in_thread(next, iterator, done)) is not done:
             yield chunk
     except json.JSONDecodeError as e:
         raise _not_json(e, sender, run_id) from e

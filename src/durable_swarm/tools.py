@@ -22,7 +22,7 @@ from typing import Annotated, Any, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
-from ._aio import run_coroutine
+from ._aio import in_thread, run_coroutine
 from .human import AskUser
 
 __all__ = [
@@ -428,7 +428,8 @@ async def execute_tool_async(
     *,
     idempotency_key: str | None = None,
 ) -> ToolOutcome:
-    """`execute_tool` for async code: `async def` tools are awaited, others run in a thread."""
+    """`execute_tool` for async code: `async def` tools are awaited, others run in a thread of
+    `_aio.blocking_executor()`."""
     args = _prepare(func, call, context_variables, idempotency_key)
     if isinstance(args, ToolOutcome):
         return args
@@ -437,7 +438,7 @@ async def execute_tool_async(
     async def attempt() -> Any:
         if inspect.iscoroutinefunction(func):
             return await func(**args)
-        value = await asyncio.to_thread(func, **args)
+        value = await in_thread(func, **args)
         return await value if inspect.isawaitable(value) else value
 
     for remaining in range(spec.retries, -1, -1):

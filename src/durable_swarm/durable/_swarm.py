@@ -260,6 +260,7 @@ class DurableSwarm:
         With `run_id` of a run that already exists, attaches to that run: it is never executed
         twice (the other arguments are then ignored).
         """
+        attach = run_id is not None  # a new UUID cannot name an existing run: no lookup
         run_id, spec = self._prepare(
             agent,
             messages,
@@ -273,7 +274,7 @@ class DurableSwarm:
             after_work,
             agents,
         )
-        if DBOS.get_workflow_status(run_id) is not None:
+        if attach and DBOS.get_workflow_status(run_id) is not None:
             return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
         return RunHandle(run_id, on_loop=_dbos.on_dbos_loop(_start(run_id, spec)))
 
@@ -293,6 +294,7 @@ class DurableSwarm:
         agents: Sequence[Agent] = (),
     ) -> RunHandle:
         """`start` for async code (the run executes on the caller's event loop)."""
+        attach = run_id is not None  # a new UUID cannot name an existing run: no lookup
         run_id, spec = self._prepare(
             agent,
             messages,
@@ -306,7 +308,7 @@ class DurableSwarm:
             after_work,
             agents,
         )
-        if await DBOS.get_workflow_status_async(run_id) is not None:
+        if attach and await DBOS.get_workflow_status_async(run_id) is not None:
             return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
         return RunHandle(run_id, await _start(run_id, spec))
 

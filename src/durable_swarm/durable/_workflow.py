@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
 import json
 import logging
 import math
 import uuid
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from dbos import DBOS, SetWorkflowID, StepOptions
 from dbos._error import DBOSWorkflowCancelledError
 
 from .. import _registry, model
+from .._aio import in_thread, is_async_callable
 from ..errors import AgentNotFoundError, DurableSwarmError, ToolResultNotSerializableError
 from ..handoffs import AfterWork, AfterWorkOption
 from ..human import arguments_digest
@@ -30,6 +33,7 @@ from ..runtime import _debug_tool, adrive
 from ..subagents import delegation_task, final_answer, is_delegation
 from ..tools import (
     ToolOutcome,
+    execute_tool,
     execute_tool_async,
     is_agent,
     tool_message,
@@ -38,6 +42,7 @@ from ..tools import (
 )
 
 logger = logging.getLogger("durable_swarm")
+T = TypeVar("T")
 
 WORKFLOW_NAME = "durable_swarm.run"
 EVENTS_STREAM = "events"
@@ -158,6 +163,16 @@ class DurableRuntime:
         sender = effect.agent.name
         client = HOST.client_for(self.run_id)
 
+        def stopped(e: BaseException) -> DurableSwarmError:  # would stop DBOS's event loop
+            return DurableSwarmError(
+                f"The model client of agent {sender!r} in run {self.run_id!r} raised "
+                f"{type(e).__name__}; the run failed at this step (resume(run_id) retries)."
+            )
+
+        def output_of(completion: Any) -> dict[str, Any]:
+            message = model.completion_message(completion, sender, run_id=self.run_id)
+            return {"message": message, "usage": model.usage_of(completion)}
+
         async def model_step() -> dict[str, Any]:
             if effect.request.get("stream"):
                 return await self._streamed(client, effect)
@@ -165,13 +180,16 @@ class DurableRuntime:
                 completion = await model.acreate(
                     client, effect.request, sender=sender, run_id=self.run_id
                 )
-            except (KeyboardInterrupt, SystemExit) as e:  # would stop DBOS's event loop
-                raise DurableSwarmError(
-                    f"The model client of agent {sender!r} in run {self.run_id!r} raised "
-                    f"{type(e).__name__}; the run failed at this step (resume(run_id) retries)."
-                ) from None
-            message = model.completion_message(completion, sender, run_id=self.run_id)
-            return {"message": message, "usage": model.usage_of(completion)}
+            except (KeyboardInterrupt, SystemExit) as e:
+                raise stopped(e) from None
+            return output_of(completion)
+
+        def sync_model_step() -> dict[str, Any]:
+            try:
+                completion = model.create(client, effect.request, sender=sender, run_id=self.run_id)
+            except (KeyboardInterrupt, SystemExit) as e:
+                raise stopped(e) from None
+            return output_of(completion)
 
         options: StepOptions = {
             "name": f"model:{sender}",
@@ -181,7 +199,10 @@ class DurableRuntime:
             "backoff_rate": 2.0,
             "should_retry": _transient,
         }
-        output = await DBOS.run_step_async(options, model_step)
+        if effect.request.get("stream") or is_async_callable(client.chat.completions.create):
+            output = await DBOS.run_step_async(options, model_step)
+        else:  # a sync client: the whole step in one thread, as a sync DBOS step
+            output = await sync_step(options, sync_model_step)
         message: dict[str, Any] = output["message"]
         return message
 
@@ -256,17 +277,7 @@ class DurableRuntime:
             return await self._delegate(effect)
         function = effect.function
 
-        async def tool_step() -> dict[str, Any]:
-            key = f"{self.run_id}:{DBOS.step_id}"
-            try:
-                outcome = await execute_tool_async(
-                    function, effect.call, effect.context_variables, idempotency_key=key
-                )
-            except (KeyboardInterrupt, SystemExit) as e:  # would stop DBOS's event loop
-                raise DurableSwarmError(
-                    f"Tool {name!r} in run {self.run_id!r} raised {type(e).__name__}; the run "
-                    "failed at this step. Fix the tool, then resume(run_id)."
-                ) from None
+        def payload_of(outcome: ToolOutcome) -> dict[str, Any]:
             if is_agent(outcome.agent):
                 HOST.remember(self.run_id, outcome.agent)
             payload = {
@@ -278,7 +289,37 @@ class DurableRuntime:
             _check_json(name, self.run_id, payload)
             return payload
 
-        output = await DBOS.run_step_async({"name": f"tool:{name}"}, tool_step)
+        def stopped(e: BaseException) -> DurableSwarmError:  # would stop DBOS's event loop
+            return DurableSwarmError(
+                f"Tool {name!r} in run {self.run_id!r} raised {type(e).__name__}; the run "
+                "failed at this step. Fix the tool, then resume(run_id)."
+            )
+
+        async def tool_step() -> dict[str, Any]:
+            key = f"{self.run_id}:{DBOS.step_id}"
+            try:
+                outcome = await execute_tool_async(
+                    function, effect.call, effect.context_variables, idempotency_key=key
+                )
+            except (KeyboardInterrupt, SystemExit) as e:
+                raise stopped(e) from None
+            return payload_of(outcome)
+
+        def sync_tool_step() -> dict[str, Any]:
+            key = f"{self.run_id}:{DBOS.step_id}"
+            try:
+                outcome = execute_tool(
+                    function, effect.call, effect.context_variables, idempotency_key=key
+                )
+            except (KeyboardInterrupt, SystemExit) as e:
+                raise stopped(e) from None
+            return payload_of(outcome)
+
+        options: StepOptions = {"name": f"tool:{name}"}
+        if inspect.iscoroutinefunction(function):
+            output = await DBOS.run_step_async(options, tool_step)
+        else:  # a sync tool: checked, run and recorded in one thread, as a sync DBOS step
+            output = await sync_step(options, sync_tool_step)
         target = await decode_target(self.run_id, output.get("handoff"))
         return ToolOutcome(
             output["message"], output["context_variables"], target, output.get("ask")
@@ -316,6 +357,17 @@ class DurableRuntime:
         output = await child.get_result(polling_interval_sec=JOIN_POLL_SECONDS)
         answer = final_answer(output.get("messages") or [])
         return ToolOutcome(tool_message(effect.call, answer), effect.context_variables)
+
+
+async def sync_step(options: StepOptions, body: Callable[[], T]) -> T:
+    """`body` as a sync DBOS step of the current workflow, run from async code.
+
+    DBOS runs an `async def` step in three thread hops (look up its recorded result, enter the
+    step, record the result), plus one more when the body is blocking code; a sync step is looked
+    up, run and recorded in one thread. That thread comes from `_aio.blocking_executor()`, so a
+    slow tool or model call never holds one of DBOS's (few) executor threads.
+    """
+    return await in_thread(DBOS.run_step, options, body)
 
 
 def encode_target(target: Any) -> dict[str, Any] | None:

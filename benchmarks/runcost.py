@@ -1,0 +1,207 @@
+"""CPU per whole run: a durable run against a bare DBOS workflow making the same calls.
+
+Scenario: model -> sync tool -> model, with `openai.AsyncOpenAI` over HTTP to a
+`FakeOpenAIServer` (no latency) hosted by the parent process, so the worker's CPU is the run's
+own: our code, DBOS, the database driver, and the `openai` client. Per database (SQLite,
+PostgreSQL), one worker process measures, in interleaved rounds, the process CPU of:
+
+  * durable: N runs at once (`asyncio.gather` of `DurableSwarm.arun`);
+  * bare:    N bare DBOS workflows at once, each making the same three steps itself: an async
+             step awaiting the same `openai` call, a sync step running the same sync tool, the
+             second model call; started with its own id and awaited like a durable run.
+
+It prints the median CPU per run of each kind and the ratio durable / bare (the baseline is the
+bare DBOS workflow, measured in the same process, in the same rounds). Goal: <= 1.05x.
+
+    .venv/bin/python benchmarks/runcost.py            # N = 50, 15 rounds
+    .venv/bin/python benchmarks/runcost.py --quick    # N = 20, 5 rounds
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from _common import databases, emit, make_async_client, median, print_table, run_worker
+from dbos import DBOS, SetWorkflowID
+
+from durable_swarm import Agent
+from durable_swarm.testing import FakeOpenAIServer, Reply, ToolCall, calls, text
+
+MESSAGES = [{"role": "user", "content": "Look one thing up, please."}]
+ANSWER = "Done after 1 lookup."
+CLIENT: dict[str, Any] = {}
+
+
+def lookup_sync(i: int) -> str:
+    """Look one thing up (sync, as most tools are)."""
+    return f"result {i}: " + "x" * 40
+
+
+def script(messages: list[dict[str, Any]], tools: Any) -> Reply:
+    """The model calls `lookup_sync` once, then answers."""
+    if any(m.get("role") == "tool" for m in messages):
+        return text(ANSWER)
+    return calls(ToolCall("lookup_sync", {"i": 0}))
+
+
+AGENT = Agent(name="runcost", model="bench-model", instructions="Answer.", functions=[lookup_sync])
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup_sync",
+            "description": "Look one thing up.",
+            "parameters": {
+                "type": "object",
+                "properties": {"i": {"type": "integer"}},
+                "required": ["i"],
+            },
+        },
+    }
+]
+
+
+@DBOS.workflow(name="bench.runcost.bare")
+async def bare_run(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """Model, sync tool, model: the same calls a durable run makes, as bare DBOS steps."""
+    client = CLIENT["client"]
+    history = [{"role": "system", "content": "Answer."}, *messages]
+
+    async def model_step() -> dict[str, Any]:
+        completion = await client.chat.completions.create(
+            model="bench-model", messages=history, tools=TOOLS
+        )
+        message: dict[str, Any] = json.loads(completion.choices[0].message.model_dump_json())
+        return message
+
+    first = await DBOS.run_step_async({"name": "model"}, model_step)
+    history.append(first)
+    call = first["tool_calls"][0]
+
+    def tool_step() -> dict[str, Any]:
+        result = lookup_sync(**json.loads(call["function"]["arguments"]))
+        return {"role": "tool", "tool_call_id": call["id"], "content": result}
+
+    history.append(await DBOS.run_step_async({"name": "tool"}, tool_step))
+    history.append(await DBOS.run_step_async({"name": "model"}, model_step))
+    return {"messages": history[2:]}
+
+
+async def start_bare() -> dict[str, Any]:
+    with SetWorkflowID(str(uuid.uuid4())):
+        handle = await DBOS.start_workflow_async(bare_run, MESSAGES)
+    result: dict[str, Any] = await handle.get_result()
+    return result
+
+
+# --- worker process ------------------------------------------------------------------------
+
+
+async def worker_main(args: argparse.Namespace) -> dict[str, Any]:
+    from durable_swarm import DurableSwarm
+
+    client = make_async_client(args.base_url)
+    CLIENT["client"] = client
+    swarm = DurableSwarm(client=client, database_url=args.db).launch()
+
+    async def durable_batch() -> None:
+        responses = await asyncio.gather(*(swarm.arun(AGENT, MESSAGES) for _ in range(args.n)))
+        for response in responses:
+            if response.messages[-1]["content"] != ANSWER:
+                raise RuntimeError(f"unexpected answer {response.messages[-1]['content']!r}")
+
+    async def bare_batch() -> None:
+        results = await asyncio.gather(*(start_bare() for _ in range(args.n)))
+        for result in results:
+            if result["messages"][-1]["content"] != ANSWER:
+                raise RuntimeError(f"unexpected answer {result['messages'][-1]['content']!r}")
+
+    kinds: dict[str, Callable[[], Awaitable[None]]] = {
+        "durable": durable_batch,
+        "bare": bare_batch,
+    }
+    cpu: dict[str, list[float]] = {kind: [] for kind in kinds}
+    wall: dict[str, list[float]] = {kind: [] for kind in kinds}
+    order = list(kinds)
+    for round_ in range(args.warmup + args.rounds):
+        order.reverse()  # alternate which kind goes first
+        for kind in order:
+            gc.collect()
+            c, w = time.process_time(), time.perf_counter()
+            await kinds[kind]()
+            c, w = time.process_time() - c, time.perf_counter() - w
+            if round_ >= args.warmup:
+                cpu[kind].append(c / args.n)
+                wall[kind].append(w)
+    await client.close()
+    return {
+        "cpu": {kind: median(v) for kind, v in cpu.items()},
+        "wall": {kind: median(v) for kind, v in wall.items()},
+        "ratios": [d / b for d, b in zip(cpu["durable"], cpu["bare"], strict=True)],
+    }
+
+
+# --- parent ---------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="N = 20, 5 rounds")
+    parser.add_argument("--n", type=int, help="runs at once (default 50)")
+    parser.add_argument("--rounds", type=int, help="measured rounds (default 15)")
+    parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--db", help=argparse.SUPPRESS)
+    parser.add_argument("--base-url", help=argparse.SUPPRESS)
+    parser.add_argument("--warmup", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        emit(asyncio.run(worker_main(args)))
+        return
+    n = args.n or (20 if args.quick else 50)
+    rounds = args.rounds or (5 if args.quick else 15)
+    warmup = 1 if args.quick else 3
+    rows = []
+    with FakeOpenAIServer(script) as server, databases(postgres=not args.no_postgres) as dbs:
+        for label, db in dbs:
+            worker_args = ["--worker", "--db", db, "--base-url", server.base_url, "--n", str(n)]
+            worker_args += ["--rounds", str(rounds), "--warmup", str(warmup)]
+            r = run_worker("runcost.py", worker_args)
+            ratios = r["ratios"]
+            rows.append(
+                [
+                    label,
+                    f"{1e3 * r['cpu']['durable']:.2f}",
+                    f"{1e3 * r['cpu']['bare']:.2f}",
+                    f"{median(ratios):.2f}x",
+                    f"{min(ratios):.2f}-{max(ratios):.2f}x",
+                    f"{r['wall']['durable']:.2f}",
+                    f"{r['wall']['bare']:.2f}",
+                ]
+            )
+    print_table(
+        f"CPU per run (ms), model -> sync tool -> model, {n} runs at once, median of {rounds} "
+        "interleaved rounds; baseline: a bare DBOS workflow with the same steps and openai calls. "
+        "Goal: durable/bare <= 1.05x",
+        [
+            "database",
+            "durable",
+            "bare DBOS",
+            "durable/bare",
+            "range",
+            "durable wall s",
+            "bare wall s",
+        ],
+        rows,
+    )
+
+
+if __name__ == "__main__":
+    main()
