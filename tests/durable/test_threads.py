@@ -1,0 +1,100 @@
+"""Where a durable run's work happens: sync tools and sync model clients in one thread of the
+library's blocking pool (a sync DBOS step), `openai.AsyncOpenAI` on the event loop, and a DBOS
+executor sized from the machine."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from durable_swarm import Agent
+from durable_swarm._aio import is_async_callable
+from durable_swarm._errors import DurableSwarmError
+from durable_swarm.durable._dbos import executor_threads
+from durable_swarm.testing import FakeOpenAIServer, ScriptedClient, ToolCall, calls, text
+
+SEEN: dict[str, list[Any]] = {"model": [], "tool": []}
+
+
+def record_lookup(topic: str, idempotency_key: str) -> str:
+    """A sync tool that notes which thread ran it and the key it was given."""
+    SEEN["tool"].append((threading.current_thread().name, idempotency_key))
+    return f"found {topic}"
+
+
+def reply(messages: list[dict[str, Any]], tools: Any) -> Any:
+    SEEN["model"].append(threading.current_thread().name)
+    if any(m.get("role") == "tool" for m in messages):
+        return text("done")
+    return calls(ToolCall("record_lookup", {"topic": "tea"}))
+
+
+AGENT = Agent(name="threads-agent", instructions="Look it up.", functions=[record_lookup])
+
+
+def test_sync_tool_and_sync_client_run_as_one_thread_steps_on_the_blocking_pool(
+    durable_swarm_factory, run_id
+):
+    SEEN["model"].clear()
+    SEEN["tool"].clear()
+    swarm = durable_swarm_factory(ScriptedClient(reply))
+
+    response = swarm.run(AGENT, [{"role": "user", "content": "tea?"}], run_id=run_id)
+
+    assert response.messages[-1]["content"] == "done"
+    assert len(SEEN["model"]) == 2 and len(SEEN["tool"]) == 1
+    threads = [*SEEN["model"], SEEN["tool"][0][0]]
+    assert all(name.startswith("durable-swarm-blocking") for name in threads), threads
+    # still one checkpoint each, and the key names the tool's own step
+    steps = [s for s in swarm.get_run(run_id).steps if s.kind in ("model", "tool")]
+    assert [(s.kind, s.name) for s in steps] == [
+        ("model", "threads-agent"),
+        ("tool", "record_lookup"),
+        ("model", "threads-agent"),
+    ]
+    assert steps[1].output["message"]["content"] == "found tea"
+    assert SEEN["tool"][0][1] == f"{run_id}:{steps[1].step}"
+
+
+async def test_async_openai_client_is_awaited_on_the_event_loop(durable_swarm_factory, run_id):
+    request_threads: list[str] = []
+
+    async def on_request(request: httpx.Request) -> None:
+        request_threads.append(threading.current_thread().name)
+
+    script = [calls(ToolCall("record_lookup", {"topic": "tea"})), text("done")]
+    with FakeOpenAIServer(script) as server:
+        http = httpx.AsyncClient(event_hooks={"request": [on_request]})
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="fake", http_client=http)
+        swarm = durable_swarm_factory(client)
+        response = await swarm.arun(AGENT, [{"role": "user", "content": "tea?"}], run_id=run_id)
+        await client.close()
+
+    assert response.messages[-1]["content"] == "done"
+    # `arun` runs the workflow on this test's loop: both model calls were made from it
+    assert request_threads == [threading.current_thread().name] * 2
+
+
+def test_is_async_callable_sees_through_openai_decorators():
+    async_client = openai.AsyncOpenAI(base_url="http://127.0.0.1:9", api_key="fake")
+    sync_client = openai.OpenAI(base_url="http://127.0.0.1:9", api_key="fake")
+    assert is_async_callable(async_client.chat.completions.create)
+    assert not is_async_callable(sync_client.chat.completions.create)
+
+
+def test_executor_threads_from_the_machine_or_the_environment(monkeypatch):
+    monkeypatch.delenv("DURABLE_SWARM_EXECUTOR_THREADS", raising=False)
+    assert 4 <= executor_threads() <= 20
+    monkeypatch.setenv("DURABLE_SWARM_EXECUTOR_THREADS", "3")
+    assert executor_threads() == 3
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "many"])
+def test_executor_threads_rejects_a_bad_setting(monkeypatch, value):
+    monkeypatch.setenv("DURABLE_SWARM_EXECUTOR_THREADS", value)
+    with pytest.raises(DurableSwarmError, match="DURABLE_SWARM_EXECUTOR_THREADS"):
+        executor_threads()
