@@ -13,8 +13,8 @@ import pytest
 
 from durable_swarm import Agent
 from durable_swarm._aio import is_async_callable
-from durable_swarm._errors import DurableSwarmError
 from durable_swarm.durable._dbos import executor_threads
+from durable_swarm.errors import DurableSwarmError
 from durable_swarm.testing import FakeOpenAIServer, ScriptedClient, ToolCall, calls, text
 
 SEEN: dict[str, list[Any]] = {"model": [], "tool": []}
