@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 DURABLE_SWARM_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
 export DURABLE_SWARM_TEST_POSTGRES_URL
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench bench-quick clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,8 +35,15 @@ pytest: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/runcost.py
 	$(BIN)/python benchmarks/concurrency.py
 	$(BIN)/python benchmarks/recovery.py
+
+# Small runs of the benchmarks (CI runs this once, so they cannot rot); the figures are noisy.
+bench-quick: $(STAMP)
+	$(BIN)/python benchmarks/overhead.py --quick
+	$(BIN)/python benchmarks/runcost.py --quick
+	$(BIN)/python benchmarks/recovery.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
