@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 DURABLE_SWARM_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
 export DURABLE_SWARM_TEST_POSTGRES_URL
 
-.PHONY: demo test lint typecheck pytest bench bench-quick clean
+.PHONY: demo test test-faults lint typecheck pytest bench bench-quick clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,7 +31,11 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 pytest: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not faults"
+
+# The slow fault-injection tests (real processes killed, paused, cut off from the database).
+test-faults: $(STAMP)
+	$(BIN)/pytest -q -m faults tests/faults
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py

@@ -217,6 +217,15 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"runs at a time (default: {DEFAULT_CONCURRENCY})",
     )  # fmt: skip
     worker.add_argument("--executor-id", help="this worker's name (default: host, pid, random)")
+    worker.add_argument(
+        "--heartbeat-interval", type=float, metavar="SECONDS",
+        help="seconds between heartbeats (default: $DURABLE_SWARM_HEARTBEAT_INTERVAL, else 5)",
+    )  # fmt: skip
+    worker.add_argument(
+        "--dead-after", type=float, metavar="SECONDS",
+        help="seconds without a heartbeat before a process counts as dead and its runs are "
+        "taken over (default: $DURABLE_SWARM_DEAD_AFTER, else 6 heartbeats)",
+    )  # fmt: skip
     worker.set_defaults(handler=_cmd_worker)
     return parser
 
@@ -229,6 +238,8 @@ def _cmd_worker(args: argparse.Namespace, style: Style) -> int:
         concurrency=args.concurrency,
         database_url=getattr(args, "database_url", None),
         executor_id=args.executor_id,
+        heartbeat_interval=args.heartbeat_interval,
+        dead_after=args.dead_after,
     )
     return 0
 

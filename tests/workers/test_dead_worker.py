@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from durable_swarm.durable import WORKERS_TABLE, DurableClient
-from durable_swarm.durable._worker import WorkerRegistry
+from durable_swarm.durable import PROCESSES_TABLE, DurableClient
+from durable_swarm.durable._ownership import ProcessRegistry
 
 from .conftest import TIMEOUT, Model, WorkerProcess, tool_lines, wait_for
 
@@ -69,15 +69,15 @@ def test_a_dead_workers_runs_are_finished_by_another_worker(
     records = tool_lines(work_dir, "record")
     assert sorted(line.split()[0] for line in records) == TAGS  # each tool ran once, in A
     assert {line.split()[1] for line in records} == {str(a.proc.pid)}
-    assert "worker 'worker-a' is gone" in b.output()
+    assert "process 'worker-a' is gone (process " in b.output()
     assert "3 of its unfinished runs are back on their queues" in b.output()
 
     # A's row is gone (claimed, then released); B's is live, and marked stopped at SIGTERM.
     assert b.terminate() == 0
-    watcher = WorkerRegistry(url, "watcher", QUEUE, dead_after=60.0)
+    watcher = ProcessRegistry(url, "watcher", QUEUE, dead_after=60.0)
     try:
         assert [row.executor_id for row in watcher.dead()] == ["worker-b"]
         assert watcher.dead()[0].heartbeat_at == 0
-        assert WORKERS_TABLE == "durable_swarm_workers"
+        assert PROCESSES_TABLE == "durable_swarm_processes"
     finally:
         watcher.close()

@@ -12,7 +12,8 @@ import pytest
 
 from durable_swarm import DatabaseUnavailableError, DurableSwarmError
 from durable_swarm.durable import DurableClient, Worker, run_worker
-from durable_swarm.durable._worker import WorkerRegistry, load_target
+from durable_swarm.durable._imports import load_target
+from durable_swarm.durable._ownership import ProcessRegistry, ProcessRow
 from durable_swarm.durable._workflow import HOST
 
 from .conftest import wait_for
@@ -140,7 +141,7 @@ def test_a_durable_swarm_target_gives_the_worker_its_client_database_and_executo
     assert out.getvalue().splitlines()[-1].endswith("executor 'pinned-x' stopped")
 
 
-def test_a_worker_taken_for_dead_stops_instead_of_running_its_runs_twice(
+def test_a_worker_taken_for_dead_registers_again_and_keeps_serving(
     app_dir: Path,
 ) -> None:
     url = "sqlite:///" + str(app_dir / "runs.sqlite")
@@ -150,18 +151,31 @@ def test_a_worker_taken_for_dead_stops_instead_of_running_its_runs_twice(
         name, queue="q", concurrency=1, database_url=url, heartbeat_interval=0.1, out=out
     )
     worker.start()
-    # What a live worker does to one silent for too long (here: at once, dead_after=0).
-    intruder = WorkerRegistry(url, "intruder", "q", dead_after=0.0)
+    # What a live process does to one silent for too long (here: at once, dead_after=0).
+    intruder = ProcessRegistry(url, "intruder", "q", dead_after=0.0)
     try:
+        claimed: list[ProcessRow] = []
 
         def claim() -> bool:  # the worker may beat between the read and the claim: again
             row = next(r for r in intruder.dead() if r.executor_id == worker.executor_id)
-            return intruder.claim(row)
+            if intruder.claim(row):
+                claimed.append(row)
+            return bool(claimed)
 
         wait_for(claim, "a claim on the live worker's row")
-        with pytest.raises(DurableSwarmError, match="was taken for dead"):
-            worker.serve()
+        wait_for(lambda: "was taken for dead" in out.getvalue(), "the worker to notice")
+        intruder.release(claimed[0])  # the claimer put its runs back on their queues
+        wait_for(
+            lambda: any(
+                r.executor_id == worker.executor_id and r.claimed_by is None
+                for r in intruder._rows("1 = 1")
+            ),
+            "the worker to register again",
+        )
+        worker.request_stop()
+        worker.serve()  # returns normally: the worker was never stopped
     finally:
         worker.shutdown()
         intruder.close()
+    assert "Registering again for new runs" in out.getvalue()
     assert "stopped" in out.getvalue().splitlines()[-1]

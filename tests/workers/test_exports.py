@@ -7,7 +7,7 @@ import durable_swarm.durable as durable
 WORKER_AND_CLIENT_NAMES = {
     "DEFAULT_CONCURRENCY",
     "DEFAULT_QUEUE",
-    "WORKERS_TABLE",
+    "PROCESSES_TABLE",
     "ClientRunHandle",
     "DurableClient",
     "Worker",

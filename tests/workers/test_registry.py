@@ -1,6 +1,6 @@
 """The workers' heartbeat table: who is alive, and exactly one claimer per dead worker.
 
-No DBOS here: `WorkerRegistry` is plain SQL on the run database, so these tests are quick and
+No DBOS here: `ProcessRegistry` is plain SQL on the run database, so these tests are quick and
 check the race conditions directly (claims from many threads at once on PostgreSQL and SQLite).
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from durable_swarm.durable._worker import WorkerRegistry
+from durable_swarm.durable._ownership import ProcessRegistry
 
 from .conftest import wait_for
 
@@ -20,13 +20,13 @@ DEAD_AFTER = 0.4
 
 
 @pytest.fixture
-def registries(make_database_url: Callable[..., str]) -> Iterator[Callable[..., WorkerRegistry]]:
-    """`(executor_id, dead_after=DEAD_AFTER) -> WorkerRegistry` on one fresh database."""
+def registries(make_database_url: Callable[..., str]) -> Iterator[Callable[..., ProcessRegistry]]:
+    """`(executor_id, dead_after=DEAD_AFTER) -> ProcessRegistry` on one fresh database."""
     url = make_database_url("registry", create=True)
-    made: list[WorkerRegistry] = []
+    made: list[ProcessRegistry] = []
 
-    def make(executor_id: str, dead_after: float = DEAD_AFTER) -> WorkerRegistry:
-        registry = WorkerRegistry(url, executor_id, "q", dead_after=dead_after)
+    def make(executor_id: str, dead_after: float = DEAD_AFTER) -> ProcessRegistry:
+        registry = ProcessRegistry(url, executor_id, "q", dead_after=dead_after)
         made.append(registry)
         return registry
 
@@ -41,7 +41,7 @@ def never_stop(seconds: float) -> bool:
 
 
 def test_a_live_worker_is_not_dead_and_a_silent_one_is(
-    registries: Callable[..., WorkerRegistry],
+    registries: Callable[..., ProcessRegistry],
 ) -> None:
     alive, silent, watcher = registries("alive"), registries("silent"), registries("watcher")
     for registry in (alive, silent, watcher):
@@ -56,7 +56,7 @@ def test_a_live_worker_is_not_dead_and_a_silent_one_is(
 
 
 def test_exactly_one_of_many_concurrent_claimers_wins(
-    registries: Callable[..., WorkerRegistry],
+    registries: Callable[..., ProcessRegistry],
 ) -> None:
     victim = registries("victim")
     victim.register(never_stop)
@@ -68,7 +68,7 @@ def test_exactly_one_of_many_concurrent_claimers_wins(
     start = threading.Barrier(len(claimers))
     won: list[str] = []
 
-    def claim(claimer: WorkerRegistry, row: object) -> None:
+    def claim(claimer: ProcessRegistry, row: object) -> None:
         start.wait()
         if claimer.claim(row):  # type: ignore[arg-type]
             won.append(claimer.executor_id)
@@ -91,7 +91,7 @@ def test_exactly_one_of_many_concurrent_claimers_wins(
 
 
 def test_a_claim_whose_claimer_died_is_taken_over(
-    registries: Callable[..., WorkerRegistry],
+    registries: Callable[..., ProcessRegistry],
 ) -> None:
     victim, first, second = registries("victim"), registries("first"), registries("second")
     for registry in (victim, first, second):
@@ -108,7 +108,7 @@ def test_a_claim_whose_claimer_died_is_taken_over(
 
 
 def test_a_restarted_worker_waits_for_a_claim_in_progress_on_its_executor_id(
-    registries: Callable[..., WorkerRegistry],
+    registries: Callable[..., ProcessRegistry],
 ) -> None:
     old, claimer = registries("pinned", dead_after=5.0), registries("claimer", dead_after=5.0)
     old.register(never_stop)
@@ -134,7 +134,7 @@ def test_a_restarted_worker_waits_for_a_claim_in_progress_on_its_executor_id(
 
 
 def test_a_restart_under_the_same_executor_id_takes_the_row_over(
-    registries: Callable[..., WorkerRegistry],
+    registries: Callable[..., ProcessRegistry],
 ) -> None:
     old = registries("same")
     old.register(never_stop)

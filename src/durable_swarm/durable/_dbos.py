@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import dbos._dbos as dbos_internals
@@ -13,9 +13,10 @@ from dbos import DBOS
 
 from ..errors import DatabaseUnavailableError, DurableSwarmError
 from ._database import display_url
+from ._ownership import Ownership, gate_queues, new_executor_id, timing
 from ._serializer import SCHEMA_VERSION, JsonSerializer
 
-__all__ = ["APPLICATION_VERSION", "ensure_launched", "shutdown"]
+__all__ = ["APPLICATION_VERSION", "ensure_launched", "ownership", "recover_runs_of", "shutdown"]
 
 # Recovery only picks up runs of the same application version, so it follows the log format
 # (not the library's or the app's code): upgrading either never orphans runs in flight.
@@ -27,6 +28,7 @@ T = TypeVar("T")
 _lock = threading.RLock()
 _launched_url: str | None = None
 _owned = False
+_ownership: Ownership | None = None
 
 
 def _instance() -> Any:
@@ -84,18 +86,27 @@ def ensure_launched(
     executor_id: str | None = None,
     poll_interval: float = 0.1,
     queues: Sequence[str] | None = None,
+    kind: str = "process",
+    heartbeat_interval: float | None = None,
+    dead_after: float | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> None:
     """Launch DBOS on `database_url` unless it already runs in this process.
 
     An app that configured and launched DBOS itself keeps its own DBOS (durable runs then live in
     the app's database). Launching twice on different databases is refused with a clear error.
-    Pending runs of this database are recovered at launch (by DBOS).
+
+    A launch here gives the process its identity (see `durable._ownership`): an executor id
+    (`executor_id`, default `<kind>-<host>-<pid>-<random>`) registered in the process table
+    before DBOS starts, a heartbeat every `heartbeat_interval` seconds, and the takeover of the
+    runs of processes dead for `dead_after` seconds (both default from the environment, then 5 s
+    and 6 heartbeats). DBOS recovers this executor id's own pending runs at launch.
 
     `queues` (a worker) makes this process take queued runs only from those queues (DBOS's
     internal queue, which carries recovered runs, always included); it needs a DBOS that is not
-    launched yet.
+    launched yet. `say` receives the status lines of the ownership thread (default: the log).
     """
-    global _launched_url, _owned
+    global _launched_url, _owned, _ownership
     with _lock:
         if is_launched():
             if queues is not None:
@@ -112,7 +123,32 @@ def ensure_launched(
                     "call durable_swarm.durable.shutdown() first."
                 )
             return
+        beat, dead = timing(heartbeat_interval, dead_after)
+        ownership: Ownership | None = None
+        early = True
         if _instance() is None:
+            executor_id = executor_id or new_executor_id(kind)
+            ownership = Ownership(
+                database_url,
+                executor_id,
+                kind=kind,
+                queue=",".join(queues) if queues else None,
+                heartbeat_interval=beat,
+                dead_after=dead,
+                application_version=APPLICATION_VERSION,
+                say=say,
+            )
+            # Register before launching, so a claim in progress on this executor id finishes
+            # before DBOS recovers this executor's runs at launch. A PostgreSQL database that
+            # does not exist yet has no rows: DBOS creates it, then the row is written.
+            try:
+                early = ownership.registry.database_exists()
+                if early:
+                    ownership.register()
+            except Exception as e:
+                ownership.registry.close()
+                cause = f"{type(e).__name__}: {e}"
+                raise DatabaseUnavailableError(display_url(database_url), cause) from e
             config = _config(database_url, executor_id, poll_interval)
             DBOS(config=config)  # type: ignore[arg-type]
             _owned = True
@@ -120,13 +156,38 @@ def ensure_launched(
             DBOS.listen_queues(list(queues))
         try:
             _launch_outside_event_loop()
+            if ownership is not None:
+                if not early:
+                    ownership.register()
+                gate_queues(_instance(), ownership)
+                ownership.start(recover_runs_of)
         except Exception as e:
             if _owned:
                 DBOS.destroy()
                 _owned = False
+            if ownership is not None:
+                ownership.stop(mark_stopped=False)
             cause = f"{type(e).__name__}: {e}"
             raise DatabaseUnavailableError(display_url(database_url), cause) from e
+        _ownership = ownership
         _launched_url = database_url
+
+
+def ownership() -> Ownership | None:
+    """This process's identity among the processes of its database (None before a launch
+    here, or when the app launched DBOS itself)."""
+    return _ownership
+
+
+def recover_runs_of(executor_id: str) -> int:
+    """Put the PENDING runs of the (dead) executor `executor_id` back on their queues; returns
+    how many. Needs DBOS launched in this process."""
+    # DBOS (3.4) recovers only its own executor's runs at launch and has no public call for
+    # another executor's. This private one is what launch uses: it re-enqueues each PENDING run
+    # of the current application version on its own queue (DBOS's internal queue for runs started
+    # without one), only if the run still carries `executor_id`, so a run a live process has
+    # dequeued since is left alone and calling it twice is harmless.
+    return len(DBOS._recover_pending_workflows([executor_id]))
 
 
 def _launch_outside_event_loop() -> None:
@@ -168,10 +229,16 @@ def on_dbos_loop(coroutine: Coroutine[Any, Any, T]) -> T:
 
 
 def shutdown() -> None:
-    """Stop the DBOS instance this library launched (tests, or switching databases)."""
-    global _launched_url, _owned
+    """Stop the DBOS instance this library launched (tests, or switching databases); the
+    process is marked stopped, so other processes take over its unfinished runs at once."""
+    global _launched_url, _owned, _ownership
     with _lock:
+        ownership, _ownership = _ownership, None
+        if ownership is not None:
+            ownership.halt()
         if _owned and _instance() is not None:
             DBOS.destroy(workflow_completion_timeout_sec=0)
+        if ownership is not None:
+            ownership.stop()
         _owned = False
         _launched_url = None

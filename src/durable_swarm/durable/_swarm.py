@@ -19,6 +19,7 @@ from . import _dbos
 from ._control import RunControl
 from ._database import resolve_database_url
 from ._listing import PendingApproval
+from ._ownership import timing
 from ._runs import RunInfo, read_run
 from ._serializer import naming_run
 from ._workflow import (
@@ -169,8 +170,14 @@ class DurableSwarm:
         database_url: where runs are stored. Defaults to `DURABLE_SWARM_DATABASE_URL`, then
             `DBOS_SYSTEM_DATABASE_URL`, then the SQLite file `durable_swarm.sqlite` in the
             working directory; `postgresql://...` selects PostgreSQL.
-        executor_id: this process's name among workers sharing a database (DBOS executor id).
+        executor_id: this process's name among the processes sharing a database (DBOS executor
+            id); default `process-<host>-<pid>-<random>`, new for every process. Pin it to have
+            a restarted process resume its own unfinished runs at launch.
         poll_interval: how often (seconds) waits poll the database on SQLite.
+        heartbeat_interval: seconds between this process's heartbeats (and looks for dead
+            processes); default `DURABLE_SWARM_HEARTBEAT_INTERVAL`, else 5.
+        dead_after: seconds without a heartbeat after which a process counts as dead and its
+            runs are taken over; default `DURABLE_SWARM_DEAD_AFTER`, else 6 heartbeats.
 
     DBOS is launched lazily, once per process, at the first call that needs it; pending runs of
     the database are recovered then. If the app launched DBOS itself, its DBOS is used.
@@ -183,18 +190,25 @@ class DurableSwarm:
         database_url: str | None = None,
         executor_id: str | None = None,
         poll_interval: float = 0.1,
+        heartbeat_interval: float | None = None,
+        dead_after: float | None = None,
     ) -> None:
         self.client = client
         self.database_url = resolve_database_url(database_url)
         self.executor_id = executor_id
         self.poll_interval = poll_interval
+        self.heartbeat_interval, self.dead_after = timing(heartbeat_interval, dead_after)
         if client:
             HOST.default_client = client
 
     def launch(self) -> DurableSwarm:
         """Start DBOS on this swarm's database now (otherwise done by the first call)."""
         _dbos.ensure_launched(
-            self.database_url, executor_id=self.executor_id, poll_interval=self.poll_interval
+            self.database_url,
+            executor_id=self.executor_id,
+            poll_interval=self.poll_interval,
+            heartbeat_interval=self.heartbeat_interval,
+            dead_after=self.dead_after,
         )
         return self
 

@@ -1,0 +1,569 @@
+"""Process identity and run ownership: who may run a durable run, and who takes over a dead one.
+
+Every process that launches DBOS for this library (a plain `DurableSwarm`, a worker, `chat`) is
+one DBOS executor with an id of its own and a row in the table `durable_swarm_processes` of the
+run database, whose `heartbeat_at` it refreshes every `heartbeat_interval` seconds. A run belongs
+to the executor that last started it (DBOS's `executor_id` on the run).
+
+Recovery takes only the runs of processes known to be dead:
+* a process silent for longer than `dead_after` seconds (by the database's clock, so machines
+  with skewed clocks agree), or marked stopped at a clean shutdown;
+* a process on this machine whose pid is gone (checked against the pid's start time, so a reused
+  pid is not mistaken for the old process);
+* runs left PENDING under an executor id that has no row at all (a process that never registered,
+  or whose row was already released): they are swept periodically, so no run stays pending with
+  no owner after any outage.
+A dead process's row is claimed with a conditional UPDATE (exactly one claimer's update matches),
+its PENDING runs go back on their queues through DBOS's recovery, and the row is deleted.
+
+Partitions. A process judges others by their heartbeats only after it has itself been connected
+for `dead_after` seconds, so when everyone was cut off at once (the database restarted, the
+network split) nobody declares the others dead on reconnecting: each gets the time to beat again.
+A process whose own heartbeat is not confirmed (it could not write it, or wrote it too long ago:
+it was paused, frozen or cut off) takes no run from any queue until a heartbeat succeeds again.
+If its row was claimed meanwhile (it was taken for dead), its runs now belong to the claimer:
+DBOS's ownership token (`owner_xid`) makes every further write of the old execution fail, so it
+records nothing more for them; the process registers again and goes on serving new work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from ..errors import DurableSwarmError
+from ._database import create_engine
+
+__all__ = [
+    "DEAD_AFTER_ENV",
+    "DEFAULT_HEARTBEAT_INTERVAL",
+    "HEARTBEAT_ENV",
+    "PROCESSES_TABLE",
+    "Ownership",
+    "ProcessRegistry",
+    "ProcessRow",
+    "new_executor_id",
+    "timing",
+]
+
+logger = logging.getLogger("durable_swarm")
+
+PROCESSES_TABLE = "durable_swarm_processes"
+DEFAULT_HEARTBEAT_INTERVAL = 5.0
+DEAD_AFTER_HEARTBEATS = 6
+HEARTBEAT_ENV = "DURABLE_SWARM_HEARTBEAT_INTERVAL"
+DEAD_AFTER_ENV = "DURABLE_SWARM_DEAD_AFTER"
+
+_CREATE_TABLE = f"""
+CREATE TABLE IF NOT EXISTS {PROCESSES_TABLE} (
+    executor_id VARCHAR(255) PRIMARY KEY,
+    kind VARCHAR(32) NOT NULL,
+    queue VARCHAR(255),
+    host VARCHAR(255) NOT NULL,
+    machine VARCHAR(64) NOT NULL,
+    pid INTEGER NOT NULL,
+    pid_start VARCHAR(64) NOT NULL,
+    incarnation VARCHAR(64) NOT NULL,
+    started_at BIGINT NOT NULL,
+    heartbeat_at BIGINT NOT NULL,
+    claimed_by VARCHAR(255)
+)
+"""
+
+
+def _seconds(value: float | str | None, name: str, env: str) -> float | None:
+    if value is None:
+        raw = os.environ.get(env)
+        if not raw:
+            return None
+        value = raw
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise DurableSwarmError(
+            f"{name} must be a number of seconds, not {value!r} (check {env})."
+        ) from None
+    if not seconds > 0:
+        raise DurableSwarmError(f"{name} must be > 0 seconds, not {value!r}.")
+    return seconds
+
+
+def timing(
+    heartbeat_interval: float | None = None, dead_after: float | None = None
+) -> tuple[float, float]:
+    """`(heartbeat_interval, dead_after)` in seconds: the arguments, else the environment
+    (`DURABLE_SWARM_HEARTBEAT_INTERVAL`, `DURABLE_SWARM_DEAD_AFTER`), else 5 s and 6 heartbeats.
+
+    Raises `DurableSwarmError` for a value that is not a positive number, or a `dead_after` not
+    longer than the heartbeat interval (live processes would be taken for dead).
+    """
+    beat = _seconds(heartbeat_interval, "heartbeat_interval", HEARTBEAT_ENV)
+    beat = DEFAULT_HEARTBEAT_INTERVAL if beat is None else beat
+    dead = _seconds(dead_after, "dead_after", DEAD_AFTER_ENV)
+    dead = DEAD_AFTER_HEARTBEATS * beat if dead is None else dead
+    if dead <= beat:
+        raise DurableSwarmError(
+            f"dead_after ({dead} s) must be longer than heartbeat_interval ({beat} s), or live "
+            f"processes would be taken for dead (set them with the arguments, or {HEARTBEAT_ENV}"
+            f" and {DEAD_AFTER_ENV})."
+        )
+    return beat, dead
+
+
+def new_executor_id(kind: str) -> str:
+    """A fresh executor id for this process: `<kind>-<host>-<pid>-<random>`."""
+    return f"{kind}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _machine() -> str:
+    """This machine and pid namespace: processes with the same value can check each other's
+    pids. (Hostname alone is not enough: containers may share one and not see each other.)"""
+    try:
+        namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        namespace = ""
+    parts = [socket.gethostname(), _read("/proc/sys/kernel/random/boot_id"), namespace]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+
+
+def _pid_start(pid: int) -> str | None:
+    """The start time of process `pid` (Linux: clock ticks since boot; "" where unknown), or
+    None if it does not exist or has exited (a zombie)."""
+    if os.path.isdir("/proc/self"):
+        stat = _read(f"/proc/{pid}/stat")
+        if not stat:
+            return None
+        fields = stat.rsplit(")", 1)[-1].split()
+        return None if fields[0] in ("Z", "X") else fields[19]
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return ""
+
+
+MACHINE = _machine()
+
+
+@dataclass(frozen=True)
+class ProcessRow:
+    """One process's row in `durable_swarm_processes`, as read (a snapshot for conditional
+    writes)."""
+
+    executor_id: str
+    incarnation: str
+    heartbeat_at: int
+    claimed_by: str | None
+    age_ms: int
+    machine: str = ""
+    pid: int = 0
+    pid_start: str = ""
+
+    def exited(self) -> bool:
+        """Whether this row's process ran on this machine and has exited."""
+        if self.machine != MACHINE:
+            return False
+        start = _pid_start(self.pid)
+        return start is None or (bool(start) and bool(self.pid_start) and start != self.pid_start)
+
+    def why_dead(self) -> str:
+        """How the process was found dead, for the log line."""
+        if self.heartbeat_at == 0:
+            return "stopped"
+        if self.exited():
+            return f"process {self.pid} exited"
+        return f"silent for {self.age_ms / 1000:.1f} s"
+
+
+class ProcessRegistry:
+    """The table of live processes: heartbeats, and claims on the dead ones.
+
+    Every write is a single conditional statement whose row count says whether it applied, so
+    concurrent processes on SQLite or PostgreSQL agree without locks held across statements. A
+    row is identified by its executor id and the `incarnation` of the process that wrote it, so a
+    restarted process with a pinned executor id takes its row over and the old process (if it is
+    in fact still alive) notices.
+    """
+
+    def __init__(
+        self,
+        database_url: str,
+        executor_id: str,
+        queue: str | None = None,
+        *,
+        dead_after: float,
+        kind: str = "worker",
+    ) -> None:
+        self.executor_id = executor_id
+        self.queue = queue
+        self.kind = kind
+        self.dead_after_ms = int(dead_after * 1000)
+        self.incarnation = uuid.uuid4().hex
+        self._engine = create_engine(database_url, pool_size=2)
+        if self._engine.dialect.name == "postgresql":
+            self._now = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
+            self._runs_table = "dbos.workflow_status"
+        else:
+            self._now = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
+            self._runs_table = "workflow_status"
+
+    def close(self) -> None:
+        """Release the database connections."""
+        self._engine.dispose()
+
+    def database_exists(self) -> bool:
+        """False only for a PostgreSQL database not created yet (DBOS creates it at launch)."""
+        try:
+            with self._engine.connect():
+                return True
+        except sa.exc.OperationalError:
+            name = self._engine.url.database
+            if self._engine.dialect.name != "postgresql" or not name:
+                raise
+            server = sa.create_engine(self._engine.url.set(database="postgres"))
+            try:
+                with server.connect() as conn:
+                    query = sa.text("SELECT 1 FROM pg_database WHERE datname = :name")
+                    missing = conn.execute(query, {"name": name}).first() is None
+            except sa.exc.DBAPIError:
+                missing = False  # the server cannot tell: report the first error
+            finally:
+                server.dispose()
+            if not missing:
+                raise
+            return False
+
+    def _execute(self, sql: str, **params: Any) -> int:
+        """Run one statement in a transaction of its own; returns the affected row count."""
+        with self._engine.begin() as conn:
+            return conn.execute(sa.text(sql), params).rowcount
+
+    def ensure_table(self) -> None:
+        """Create the table if it is missing (processes starting together may race: retried)."""
+        for attempt in range(3):
+            try:
+                self._execute(_CREATE_TABLE)
+                return
+            except sa.exc.DBAPIError:
+                if attempt == 2:
+                    raise
+
+    def _rows(self, where: str, **params: Any) -> list[ProcessRow]:
+        query = sa.text(
+            f"SELECT executor_id, incarnation, heartbeat_at, claimed_by, "
+            f"{self._now} - heartbeat_at AS age_ms, machine, pid, pid_start "
+            f"FROM {PROCESSES_TABLE} WHERE {where}"
+        )
+        with self._engine.begin() as conn:
+            return [ProcessRow(*row) for row in conn.execute(query, params)]
+
+    def register(self, wait: Callable[[float], bool]) -> None:
+        """Write this process's row (taking over a stale one of the same executor id).
+
+        If another process is recovering this executor id's runs right now (a fresh claim on
+        the row), waits until it is done, so this process's own recovery at launch and the
+        claimer's never both handle the same run. `wait(seconds)` sleeps and returns True to
+        give up (the process is stopping).
+        """
+        self.ensure_table()
+        fields = {
+            "queue": self.queue,
+            "kind": self.kind,
+            "host": socket.gethostname(),
+            "machine": MACHINE,
+            "pid": os.getpid(),
+            "pid_start": _pid_start(os.getpid()) or "",
+            "inc": self.incarnation,
+        }
+        while True:
+            found = self._rows("executor_id = :me", me=self.executor_id)
+            if not found:
+                try:
+                    self._execute(
+                        f"INSERT INTO {PROCESSES_TABLE} (executor_id, kind, queue, host, machine,"
+                        f" pid, pid_start, incarnation, started_at, heartbeat_at) VALUES (:me, "
+                        f":kind, :queue, :host, :machine, :pid, :pid_start, :inc, {self._now}, "
+                        f"{self._now})",
+                        me=self.executor_id,
+                        **fields,
+                    )
+                    return
+                except sa.exc.IntegrityError:
+                    continue  # another process with this executor id inserted first: look again
+            row = found[0]
+            if row.claimed_by is not None and row.age_ms <= self.dead_after_ms:
+                if wait(0.2):
+                    return
+                continue
+            claimed = "claimed_by IS NULL" if row.claimed_by is None else "claimed_by = :by"
+            taken = self._execute(
+                f"UPDATE {PROCESSES_TABLE} SET incarnation = :inc, kind = :kind, queue = :queue,"
+                f" host = :host, machine = :machine, pid = :pid, pid_start = :pid_start, "
+                f"started_at = {self._now}, heartbeat_at = {self._now}, claimed_by = NULL "
+                f"WHERE executor_id = :me AND incarnation = :old AND heartbeat_at = :hb "
+                f"AND {claimed}",
+                me=self.executor_id,
+                old=row.incarnation,
+                hb=row.heartbeat_at,
+                by=row.claimed_by,
+                **fields,
+            )
+            if taken == 1:
+                return
+
+    def beat(self) -> bool:
+        """Refresh this process's heartbeat; False if its row was claimed or taken over."""
+        done = self._execute(
+            f"UPDATE {PROCESSES_TABLE} SET heartbeat_at = {self._now} WHERE executor_id = :me "
+            "AND incarnation = :inc AND claimed_by IS NULL",
+            me=self.executor_id,
+            inc=self.incarnation,
+        )
+        return done == 1
+
+    def dead(self, *, by_heartbeat: bool = True) -> list[ProcessRow]:
+        """Other processes known to be dead: silent for longer than `dead_after` (stopped ones
+        included; only if `by_heartbeat`), or on this machine with their pid gone; and claims
+        whose claimer died before finishing."""
+        rows = self._rows(
+            f"executor_id <> :me AND (heartbeat_at < {self._now} - :dead OR machine = :machine)",
+            me=self.executor_id,
+            dead=self.dead_after_ms,
+            machine=MACHINE,
+        )
+        found = []
+        for row in rows:
+            silent = row.age_ms > self.dead_after_ms
+            if row.claimed_by is not None and not silent:
+                continue  # a claim in progress (a claim refreshes the heartbeat)
+            if row.heartbeat_at == 0 or (silent and by_heartbeat) or row.exited():
+                found.append(row)
+        return found
+
+    def claim(self, row: ProcessRow) -> bool:
+        """Claim a dead process's row; True for exactly one of several claimers."""
+        done = self._execute(
+            f"UPDATE {PROCESSES_TABLE} SET claimed_by = :me, heartbeat_at = {self._now} "
+            "WHERE executor_id = :id AND incarnation = :inc AND heartbeat_at = :hb",
+            me=self.executor_id,
+            id=row.executor_id,
+            inc=row.incarnation,
+            hb=row.heartbeat_at,
+        )
+        return done == 1
+
+    def release(self, row: ProcessRow) -> None:
+        """Delete a claimed row once its runs are back on their queues."""
+        self._execute(
+            f"DELETE FROM {PROCESSES_TABLE} WHERE executor_id = :id AND incarnation = :inc "
+            "AND claimed_by = :me",
+            id=row.executor_id,
+            inc=row.incarnation,
+            me=self.executor_id,
+        )
+
+    def stop(self) -> None:
+        """Mark this process stopped (its heartbeat made stale), so a live process takes over
+        its unfinished runs at once."""
+        self._execute(
+            f"UPDATE {PROCESSES_TABLE} SET heartbeat_at = 0 WHERE executor_id = :me "
+            "AND incarnation = :inc AND claimed_by IS NULL",
+            me=self.executor_id,
+            inc=self.incarnation,
+        )
+
+    def orphans(self, application_version: str) -> list[str]:
+        """Executor ids that own PENDING runs (of `application_version`) but have no row: no
+        live process will ever finish those runs. Needs the DBOS tables (DBOS launched)."""
+        query = sa.text(
+            f"SELECT DISTINCT executor_id FROM {self._runs_table} WHERE status = 'PENDING' "
+            f"AND application_version = :version AND executor_id NOT IN "
+            f"(SELECT executor_id FROM {PROCESSES_TABLE})"
+        )
+        with self._engine.begin() as conn:
+            return [row[0] for row in conn.execute(query, {"version": application_version})]
+
+
+class Ownership:
+    """This process's identity among the processes of one database, kept alive by a thread.
+
+    `register()` writes the row (before DBOS launches, so DBOS's own recovery at launch and a
+    claimer's never overlap); `start(recover)` starts the heartbeat thread once DBOS runs, with
+    `recover(executor_id) -> count` putting a dead executor's runs back on their queues; `stop()`
+    ends the thread and marks the process stopped. `confirmed()` says whether this process may
+    take queue work now (its last heartbeat is recent enough that nobody can have taken it for
+    dead); DBOS's queue thread is gated on it.
+    """
+
+    def __init__(
+        self,
+        database_url: str,
+        executor_id: str,
+        *,
+        kind: str,
+        queue: str | None = None,
+        heartbeat_interval: float,
+        dead_after: float,
+        application_version: str,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        self.executor_id = executor_id
+        self.heartbeat_interval = heartbeat_interval
+        self.dead_after = dead_after
+        self.registry = ProcessRegistry(
+            database_url, executor_id, queue, dead_after=dead_after, kind=kind
+        )
+        self._version = application_version
+        self._say = say or (lambda text: logger.warning("durable-swarm: %s", text))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._confirmed_until = 0.0
+        self._connected_since: float | None = None
+        self._recover: Callable[[str], int] | None = None
+        self.lost = 0  # how many times this process found itself taken for dead
+
+    def confirmed(self) -> bool:
+        """Whether this process's ownership is confirmed (see the class docs)."""
+        return time.monotonic() < self._confirmed_until
+
+    def _confirm(self, since: float) -> None:
+        # Others take this process for dead only once its heartbeat (written after `since`) is
+        # `dead_after` old by the database's clock; one heartbeat interval of margin covers the
+        # time a dequeue takes.
+        self._confirmed_until = since + self.dead_after - self.heartbeat_interval
+        if self._connected_since is None:
+            self._connected_since = since
+
+    def register(self, wait: Callable[[float], bool] | None = None) -> None:
+        """Write this process's row (see `ProcessRegistry.register`)."""
+        since = time.monotonic()
+        self.registry.register(wait or self._stop.wait)
+        self._confirm(since)
+
+    def start(self, recover: Callable[[str], int]) -> None:
+        """Start heartbeats and the watch for dead processes (one sweep right away)."""
+        self._recover = recover
+        self._thread = threading.Thread(
+            target=self._watch, name="durable-swarm-heartbeat", daemon=True
+        )
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            since = time.monotonic()
+            try:
+                if self.registry.beat():
+                    self._confirm(since)
+                else:
+                    self._taken_for_dead()
+                self._take_over()
+            except Exception as e:  # the database may be unreachable for a while: try again
+                self._connected_since = None
+                self._say(
+                    f"heartbeat of {self.executor_id!r} failed ({type(e).__name__}: {e}); "
+                    "taking no new runs until it succeeds"
+                )
+            if self._stop.wait(self.heartbeat_interval):
+                return
+
+    def _taken_for_dead(self) -> None:
+        self.lost += 1
+        self._confirmed_until = 0.0
+        self._connected_since = None
+        self._say(
+            f"executor {self.executor_id!r} was taken for dead (no heartbeat for over "
+            f"{self.dead_after} s: paused, overloaded or cut off from the database); its runs "
+            "went to another process, which finishes them. Registering again for new runs."
+        )
+        self.registry.incarnation = uuid.uuid4().hex
+        self.register()
+
+    def _take_over(self) -> None:
+        assert self._recover is not None
+        connected = self._connected_since
+        # Judge others by their heartbeats only after being connected for `dead_after` (if all
+        # were cut off together, the others need that long to beat again).
+        settled = connected is not None and time.monotonic() - connected >= self.dead_after
+        for row in self.registry.dead(by_heartbeat=settled):
+            if self._stop.is_set() or not self.registry.claim(row):
+                continue
+            count = self._recover(row.executor_id)
+            self.registry.release(row)
+            if count or row.heartbeat_at != 0:  # a clean stop with nothing left: quiet
+                self._say(
+                    f"process {row.executor_id!r} is gone ({row.why_dead()}); {count} of its "
+                    "unfinished runs are back on their queues"
+                )
+        if not settled:
+            return
+        for executor_id in self.registry.orphans(self._version):
+            if self._stop.is_set() or executor_id == self.executor_id:
+                continue
+            count = self._recover(executor_id)
+            if count:
+                self._say(
+                    f"{count} unfinished runs of executor {executor_id!r}, which has no live "
+                    "process, are back on their queues"
+                )
+
+    def halt(self) -> None:
+        """End the heartbeat thread (no more takeovers; the row stays as it is)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def stop(self, *, mark_stopped: bool = True) -> None:
+        """`halt`, then mark the process stopped so others take over its unfinished runs at
+        once (unless `mark_stopped` is False), and release the connections. Call it once DBOS
+        no longer runs anything here."""
+        self.halt()
+        try:
+            if mark_stopped:
+                self.registry.stop()
+        except sa.exc.DBAPIError as e:
+            self._say(f"could not mark {self.executor_id!r} stopped ({e.orig}); it times out")
+        finally:
+            self.registry.close()
+
+
+def gate_queues(dbos: Any, ownership: Ownership) -> None:
+    """Make DBOS's queue thread take no run while `ownership` is not confirmed.
+
+    DBOS (3.4) has no public switch for this; its queue thread claims runs through these two
+    system-database calls, wrapped here on this process's instance only.
+    """
+    sys_db = dbos._sys_db
+    plain, partitioned = sys_db.start_queued_workflows, sys_db.start_queued_partitioned_workflows
+
+    def start_queued(*args: Any, **kwargs: Any) -> Any:
+        if not ownership.confirmed():
+            return [], None
+        return plain(*args, **kwargs)
+
+    def start_partitioned(*args: Any, **kwargs: Any) -> Any:
+        if not ownership.confirmed():
+            return []
+        return partitioned(*args, **kwargs)
+
+    sys_db.start_queued_workflows = start_queued
+    sys_db.start_queued_partitioned_workflows = start_partitioned

@@ -1,0 +1,38 @@
+"""The app the fault tests' processes run: agent `Stepper` with the tool `step(tag)`.
+
+The model is the test's FakeOpenAIServer (`DSW_FAKE_URL`). `step` appends `start <tag> <pid>` to
+`<DSW_WORK_DIR>/step.log`, waits while the file `<DSW_WORK_DIR>/hold-<tag>` exists (so a test can
+keep a run inside its tool), then appends `end <tag> <pid>`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import openai
+
+from durable_swarm import Agent
+
+WORK_DIR = Path(os.environ["DSW_WORK_DIR"])
+
+
+def _log(line: str) -> None:
+    with open(WORK_DIR / "step.log", "a") as f:
+        f.write(line + "\n")
+
+
+def step(tag: str) -> str:
+    """Do one step of work."""
+    _log(f"start {tag} {os.getpid()}")
+    deadline = time.monotonic() + 300
+    while (WORK_DIR / f"hold-{tag}").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    _log(f"end {tag} {os.getpid()}")
+    return f"stepped {tag}"
+
+
+stepper = Agent(name="Stepper", instructions="You step.", functions=[step])
+
+client = openai.OpenAI(base_url=os.environ["DSW_FAKE_URL"], api_key="fake", max_retries=0)

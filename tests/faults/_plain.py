@@ -1,0 +1,46 @@
+"""A plain `DurableSwarm` process: `python _plain.py CONFIG` (JSON).
+
+Starts one run per tag in `config["tags"]` (run id `<tag>`) with `DurableSwarm.start`, writes
+`<work>/result-<tag>.json` as each finishes, and keeps serving (taking over other processes' runs)
+until SIGTERM. `config` also gives `database_url`, `heartbeat_interval`, `dead_after`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+
+from _app import WORK_DIR, client, stepper
+
+from durable_swarm import DurableSwarm
+from durable_swarm.durable import _dbos
+
+
+def main(config: dict) -> None:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    swarm = DurableSwarm(
+        client,
+        database_url=config["database_url"],
+        heartbeat_interval=config["heartbeat_interval"],
+        dead_after=config["dead_after"],
+    ).launch()
+    print(f"launched {_dbos.ownership().executor_id}", flush=True)
+
+    def finish(tag: str) -> None:
+        handle = swarm.start(stepper, [{"role": "user", "content": f"step {tag}"}], run_id=tag)
+        response = handle.result()
+        (WORK_DIR / f"result-{tag}.json").write_text(json.dumps(response.messages))
+
+    for tag in config.get("tags", []):
+        threading.Thread(target=finish, args=(tag,), daemon=True).start()
+    stop.wait()
+    from durable_swarm.durable import shutdown
+
+    shutdown()
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))

@@ -1,0 +1,205 @@
+"""Fixtures of the fault tests: real processes (plain `DurableSwarm` ones and workers) on one
+database, the fake model they share, and the faults (SIGKILL, SIGSTOP/SIGCONT, a database cut
+by a loopback TCP proxy, a read-only or full SQLite file).
+
+Every test here is marked `faults` (run by `make test-faults`, which CI runs after `make test`).
+The model answers `step <tag>` with a call of `step(tag)`, then `done <tag>`; `arrivals(tag,
+stage)` counts its requests (stage = tool results in the request), so a test can tell that a
+finished model call was never made again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("DURABLE_SWARM_LOG_LEVEL", "ERROR")
+
+from _support import procs
+from _support.db import drop_database, new_database_name, with_database
+from durable_swarm.testing import FakeOpenAIServer, Reply, ToolCall, calls, text
+
+HERE = Path(__file__).resolve().parent
+TIMEOUT = procs.TIMEOUT
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if Path(str(item.fspath)).parent == HERE:
+            item.add_marker(pytest.mark.faults)
+
+
+@pytest.fixture(scope="module")
+def make_database_url(
+    backend: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[str], str]]:
+    """`label -> URL` of a new database of this backend (DBOS creates it at the first launch)."""
+    base = request.getfixturevalue("postgres_base_url") if backend == "postgres" else None
+    created: list[str] = []
+    folder = tmp_path_factory.mktemp("faults-db")
+
+    def make(label: str) -> str:
+        if base is None:
+            return "sqlite:///" + str(folder / f"{label}-{uuid.uuid4().hex[:6]}.sqlite")
+        name = new_database_name("dswarm_faults", label)
+        created.append(name)
+        return with_database(base, name)
+
+    yield make
+    for name in created:
+        assert base is not None
+        drop_database(base, name)
+
+
+class Model:
+    """`step <tag>`: a call of `step(tag)`, then `done <tag>`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._arrivals: dict[tuple[str, int], int] = {}
+
+    def arrivals(self, tag: str, stage: int) -> int:
+        with self._lock:
+            return self._arrivals.get((tag, stage), 0)
+
+    def __call__(self, messages: list[dict[str, Any]], tools: Any) -> Reply:
+        user = next(str(m.get("content")) for m in messages if m.get("role") == "user")
+        tag = user.partition(" ")[2]
+        stage = sum(1 for m in messages if m.get("role") == "tool")
+        with self._lock:
+            self._arrivals[(tag, stage)] = self._arrivals.get((tag, stage), 0) + 1
+        return calls(ToolCall("step", {"tag": tag})) if stage == 0 else text(f"done {tag}")
+
+
+@pytest.fixture
+def model() -> Model:
+    return Model()
+
+
+@pytest.fixture
+def server(model: Model) -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(model) as fake:
+        yield fake
+
+
+@pytest.fixture
+def work_dir(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+def step_lines(work_dir: Path) -> list[tuple[str, str, int]]:
+    """`(start|end, tag, pid)` for every line the `step` tool wrote."""
+    path = work_dir / "step.log"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [(kind, tag, int(pid)) for kind, tag, pid in (line.split() for line in lines)]
+
+
+def starts(work_dir: Path, tag: str) -> int:
+    """How many times the tool `step` started for `tag`."""
+    return sum(1 for kind, t, _ in step_lines(work_dir) if kind == "start" and t == tag)
+
+
+def result(work_dir: Path, tag: str) -> list[dict[str, Any]] | None:
+    """The messages of run `tag` as its starting process saw them finish (None until then)."""
+    path = work_dir / f"result-{tag}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+class Proc:
+    """A real child process (`_plain.py` or `_serve.py`) with its output in a log file."""
+
+    def __init__(self, name: str, script: str, log_dir: Path, env: dict[str, str], config: Any):
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self._log = open(self.log_path, "w")  # noqa: SIM115 (closed in stop())
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / script), json.dumps(config)],
+            cwd=HERE,
+            env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def output(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_output(self, text: str) -> Proc:
+        wait_for(lambda: text in self.output(), f"{self.name} to print {text!r}", procs=(self,))
+        return self
+
+    def signal(self, number: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(number)
+
+    def terminate(self) -> int:
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=TIMEOUT)
+        finally:
+            self.stop()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=TIMEOUT)
+
+    def stop(self) -> None:
+        self.kill()
+        self._log.close()
+
+
+def wait_for(
+    condition: Callable[[], Any],
+    what: str,
+    *,
+    timeout: float = TIMEOUT,
+    procs: tuple[Proc, ...] = (),
+) -> Any:
+    """Poll `condition` until it is truthy; fail early if one of `procs` exits meanwhile."""
+    return _wait(condition, what, timeout=timeout, processes=procs, interval=0.05)
+
+
+_wait = procs.wait_for
+
+
+@pytest.fixture
+def start(
+    server: FakeOpenAIServer, work_dir: Path, tmp_path: Path
+) -> Iterator[Callable[..., Proc]]:
+    """`(name, script, **config) -> Proc`: `_plain.py` (a plain DurableSwarm process) or
+    `_serve.py` (a worker); every process still running at the test's end is killed."""
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    env = {"DSW_FAKE_URL": server.base_url, "DSW_WORK_DIR": str(work_dir)}
+    started: list[Proc] = []
+
+    def begin(name: str, script: str, **config: Any) -> Proc:
+        proc = Proc(name, script, log_dir, env, config)
+        started.append(proc)
+        return proc
+
+    yield begin
+    for proc in started:
+        proc.signal(signal.SIGCONT)
+        proc.stop()
