@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ import pytest
 os.environ.setdefault("DURABLE_SWARM_LOG_LEVEL", "ERROR")
 
 from _support import procs
-from _support.db import drop_database, new_database_name, with_database
 from durable_swarm.testing import FakeOpenAIServer, Reply, ToolCall, calls, text
 
 HERE = Path(__file__).resolve().parent
@@ -37,28 +35,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(str(item.fspath)).parent == HERE:
             item.add_marker(pytest.mark.faults)
-
-
-@pytest.fixture(scope="module")
-def make_database_url(
-    backend: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Callable[[str], str]]:
-    """`label -> URL` of a new database of this backend (DBOS creates it at the first launch)."""
-    base = request.getfixturevalue("postgres_base_url") if backend == "postgres" else None
-    created: list[str] = []
-    folder = tmp_path_factory.mktemp("faults-db")
-
-    def make(label: str) -> str:
-        if base is None:
-            return "sqlite:///" + str(folder / f"{label}-{uuid.uuid4().hex[:6]}.sqlite")
-        name = new_database_name("dswarm_faults", label)
-        created.append(name)
-        return with_database(base, name)
-
-    yield make
-    for name in created:
-        assert base is not None
-        drop_database(base, name)
 
 
 class Model:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from durable_swarm.durable import PROCESSES_TABLE
+from durable_swarm.durable import PROCESSES_TABLE, resolve_database_url
 from durable_swarm.durable._ownership import ProcessRegistry
 
 from .conftest import Model, Proc, result, starts, wait_for
@@ -19,7 +19,7 @@ BEAT, DEAD = 0.3, 3.0
 def _settled(url: str, executor_id: str) -> Callable[[], bool]:
     """True once process `executor_id` has been connected for longer than `DEAD` plus two
     heartbeats (so it has judged the others by their heartbeats)."""
-    watcher = ProcessRegistry(url, "watcher", dead_after=DEAD)
+    watcher = ProcessRegistry(resolve_database_url(url), "watcher", dead_after=DEAD)
     query = sa.text(
         f"SELECT heartbeat_at - started_at FROM {PROCESSES_TABLE} WHERE executor_id = :id"
     )
