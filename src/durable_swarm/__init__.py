@@ -4,12 +4,16 @@
 durable workflow, so a killed process resumes from its last finished model or tool call.
 """
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
 from .chat import ChatResult, initiate_swarm_chat
 from .durable import DurableSwarm, JsonSerializer, RunHandle, RunInfo
 from .errors import (
     AgentNotFoundError,
     DatabaseUnavailableError,
     DurableSwarmError,
+    ModelCallError,
     ModelResponseError,
     RunError,
     RunNotFoundError,
@@ -32,6 +36,11 @@ from .swarm import Swarm
 from .toolkit import FileTools, Skill, skill, tool
 from .types import Agent, Response, Result, SwarmAgent, SwarmResult
 
+try:
+    __version__: str = _version("durable-swarm")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
+
 __all__ = [
     "AFTER_WORK",
     "ON_CONDITION",
@@ -48,6 +57,7 @@ __all__ = [
     "DurableSwarmError",
     "FileTools",
     "JsonSerializer",
+    "ModelCallError",
     "ModelResponseError",
     "OnCondition",
     "OnContextCondition",

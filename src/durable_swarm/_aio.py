@@ -57,6 +57,16 @@ def run_coroutine(awaitable: Awaitable[T]) -> T:
     return result
 
 
+def in_event_loop() -> bool:
+    """Whether the calling thread runs an event loop (asked without leaving an exception
+    context behind, so errors raised after it carry no chained `no running event loop`)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def off_event_loop(method: F) -> F:
     """Make a blocking method callable from inside a running event loop: there it runs on a
     worker thread (DBOS refuses its blocking calls on an event loop's thread). It still blocks
@@ -64,9 +74,7 @@ def off_event_loop(method: F) -> F:
 
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
+        if not in_event_loop():
             return method(*args, **kwargs)
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
             return pool.submit(method, *args, **kwargs).result()

@@ -7,8 +7,10 @@
     durable-swarm runs approve RUN_ID TOOL_CALL_ID
     durable-swarm runs reject RUN_ID TOOL_CALL_ID [--message M]
     durable-swarm runs cancel RUN_ID | resume RUN_ID | fork RUN_ID STEP
-    durable-swarm demo [NAME] [ARGS...] | demo --list
-    durable-swarm chat MODULE:AGENT [--stream] [--context JSON] [--session ID]
+    durable-swarm demo [NAME] [--model M] [--base-url URL] [ARGS...] | demo --list
+    durable-swarm chat MODULE:AGENT [--model M] [--base-url URL] [--stream] [--context JSON]
+                       [--session ID]
+    durable-swarm --version
     durable-swarm worker MODULE[:ATTR] [--queue NAME] [--concurrency N] [--executor-id ID]
 
 A thin layer over the library (`runs` commands use the thin `DurableClient`, so they never run
@@ -26,6 +28,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from . import __version__
 from ._cli._chat import cmd_chat
 from ._cli._demo import DEFAULT_DEMO, cmd_demo
 from ._cli._runs import HANDLERS, parse_time
@@ -160,6 +163,20 @@ def _add_runs(commands: argparse._SubParsersAction, common: argparse.ArgumentPar
     fork.add_argument("--new-run-id", metavar="ID", help="the new run's id (default: a UUID)")
 
 
+def _add_model_options(parser: argparse.ArgumentParser, whose: str) -> None:
+    parser.add_argument(
+        "--model",
+        metavar="NAME",
+        help=f"the model every agent asks for (default: DURABLE_SWARM_MODEL, else {whose} own)",
+    )
+    parser.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="an OpenAI-compatible server, e.g. http://127.0.0.1:11434/v1 (default: "
+        "OPENAI_BASE_URL, else OpenAI's API)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command's argument parser."""
     common = _common(json_output=True)
@@ -169,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[_common(json_output=False)],
         epilog="Run `durable-swarm COMMAND --help` for a command's options.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_runs(commands, common)
 
@@ -181,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
         "`durable-swarm demo triage_agent --durable --say 'I want a refund'`.",
     )
     demo.add_argument("--list", action="store_true", help="list the demos")
+    _add_model_options(demo, "the example's")
     demo.add_argument("name", nargs="?", metavar="NAME", help=f"default: {DEFAULT_DEMO}")
     demo.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="for the example")
     demo.set_defaults(handler=cmd_demo)
@@ -194,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chat.add_argument("target", metavar="MODULE:AGENT")
     chat.add_argument("--stream", action="store_true", help="print answers as they arrive")
+    _add_model_options(chat, "the agents'")
     chat.add_argument("--context", metavar="JSON", help="initial context_variables (an object)")
     chat.add_argument(
         "--session",

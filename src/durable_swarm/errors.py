@@ -16,6 +16,7 @@ __all__ = [
     "ContextExpressionError",
     "DatabaseUnavailableError",
     "DurableSwarmError",
+    "ModelCallError",
     "ModelResponseError",
     "RunError",
     "RunNotFoundError",
@@ -176,3 +177,47 @@ class SkillCompositionError(DurableSwarmError, ValueError):
 class WorkspaceError(DurableSwarmError, ValueError):
     """A file tool refused a request: a path outside the workspace, a missing or binary file,
     a size limit. File tools turn it into an `"Error: ..."` answer for the model."""
+
+
+class ModelCallError(DurableSwarmError):
+    """A durable run's model call failed for good: its retries are spent, or the endpoint
+    refused the request (bad request, bad key, unknown model). The run is `failed` and keeps
+    every finished step; fix the cause, then resume it."""
+
+    run_id: str
+    step: int | None
+    agent: str
+    model: str | None
+    base_url: str | None
+    cause: str
+    requests: int
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        step: int | None,
+        agent: str,
+        model: str | None,
+        base_url: str | None,
+        cause: str,
+        requests: int,
+        message: str | None = None,
+    ):
+        where = f"step {step} (model:{agent})" if step is not None else f"its model:{agent} step"
+        tries = "1 request" if requests == 1 else f"{requests} requests"
+        super().__init__(
+            message
+            or f"Run {run_id!r} failed at {where}: the call to model {model!r} at "
+            f"{base_url or 'the client given to DurableSwarm'} failed after {tries}: "
+            f"{cause.rstrip('.')}. Fix the cause (is the server up, the model name right, the "
+            f"key valid?), then resume the run from this step: `durable-swarm runs resume "
+            f"{run_id}` or `DurableSwarm(...).resume({run_id!r})`.",
+            run_id=run_id,
+            step=step,
+            agent=agent,
+            model=model,
+            base_url=base_url,
+            cause=cause,
+            requests=requests,
+        )

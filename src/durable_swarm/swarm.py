@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
@@ -18,14 +19,22 @@ def _default_client() -> Any:
     return OpenAI()
 
 
+def default_model(model: str | None) -> str | None:
+    """The model a swarm asks for instead of each agent's: `model`, else the environment
+    variable `DURABLE_SWARM_MODEL`, else None (each agent's own `model`)."""
+    return model or os.environ.get("DURABLE_SWARM_MODEL") or None
+
+
 class Swarm:
     """Runs agents in memory, exactly as OpenAI's Swarm does.
 
     `client` is any object with `chat.completions.create(**params)` (an `openai.OpenAI`, an
     `openai.AsyncOpenAI`, or a test double); without one, `openai.OpenAI()` is created, which reads
-    `OPENAI_API_KEY` and `OPENAI_BASE_URL`. When a run needs the person (`REVERT_TO_USER`,
-    `AskUser`, a tool that needs approval), `input_fn(prompt)` asks them (default: the terminal)
-    and `approve_fn(tool_call)` decides approvals (default: a y/n question via `input_fn`).
+    `OPENAI_API_KEY` and `OPENAI_BASE_URL`. `model` (else `DURABLE_SWARM_MODEL`) is asked for
+    instead of every agent's own model, unless a run passes `model_override`. When a run needs
+    the person (`REVERT_TO_USER`, `AskUser`, a tool that needs approval), `input_fn(prompt)` asks
+    them (default: the terminal) and `approve_fn(tool_call)` decides approvals (default: a y/n
+    question via `input_fn`).
     The handoffs of the latest run are in `transitions`.
     """
 
@@ -33,10 +42,12 @@ class Swarm:
         self,
         client: Any = None,
         *,
+        model: str | None = None,
         input_fn: Callable[[str], str] | None = None,
         approve_fn: Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
         self.client = client if client else _default_client()
+        self.model = default_model(model)
         self.input_fn = input_fn
         self.approve_fn = approve_fn
         self.transitions: list[dict[str, Any]] = []
@@ -63,7 +74,7 @@ class Swarm:
             agent,
             messages,
             context_variables,
-            model_override,
+            model_override or self.model,
             stream,
             debug,
             max_turns,
@@ -152,5 +163,6 @@ class Swarm:
         **kwargs: Any,
     ) -> AsyncIterator[dict[str, Any]]:
         """Async streaming without an `await` first: `async for event in swarm.astream(...)`."""
+        kwargs["model_override"] = kwargs.get("model_override") or self.model
         loop = turn_loop(agent, messages, context_variables, stream=True, **kwargs)
         return adrive_stream(loop, self._runtime())

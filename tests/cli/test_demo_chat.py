@@ -51,7 +51,25 @@ def demos(tmp_path_factory):
             {"argv": ["chat", "no_such_module:agent"], "env": model},
             {"argv": ["chat", "json:dumps"], "env": model},
             ["chat", agent, "--database-url", str(chat_db)],
+            {
+                "argv": [
+                    "chat",
+                    agent,
+                    "--database-url",
+                    str(chat_db),
+                    "--session",
+                    "s2",
+                    "--model",
+                    "cli-model",
+                    "--base-url",
+                    server.base_url,
+                ],
+                "stdin": "pick a model\n",
+            },
+            ["runs", "show", "s2", "--database-url", str(chat_db), "--no-color"],
+            ["--version"],
         )
+        results.append([r["model"] for r in server.requests])  # type: ignore[arg-type]
     return results
 
 
@@ -113,5 +131,25 @@ def test_chat_reports_bad_targets_and_a_missing_model(demos):
     assert "'json:dumps' is a function, not an Agent" in demos[8].stderr
     assert demos[9].status == 1
     assert "chat needs a model: set OPENAI_API_KEY" in demos[9].stderr
-    for result in demos[7:]:
+    for result in demos[7:10]:
         assert "Traceback" not in result.stderr
+
+
+def test_chat_takes_the_model_and_the_server_from_its_options(demos):
+    chat, show = demos[10], demos[11]
+    assert chat.status == 0, chat.stderr
+    assert "model cli-model" in chat.stdout
+    assert "Agent: You said: pick a model" in chat.stdout
+    assert show.status == 0, show.stderr
+    assert re.search(r"model\s+Agent.*cli-model", show.stdout), show.stdout  # recorded per call
+    assert demos[13][-1] == "cli-model"  # what the server was asked for
+
+
+def test_version_is_the_package_version(demos):
+    from importlib.metadata import version
+
+    import durable_swarm
+
+    assert durable_swarm.__version__ == version("durable-swarm")
+    assert demos[12].status == 0
+    assert demos[12].stdout.strip() == f"durable-swarm {durable_swarm.__version__}"

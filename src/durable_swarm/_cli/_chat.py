@@ -69,16 +69,18 @@ def load_agent(target: str) -> Any:
     return agent
 
 
-def _client() -> Any:
-    """A real model client: OpenAI, or any OpenAI-compatible server at OPENAI_BASE_URL."""
-    if not (os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")):
+def _client(base_url: str | None) -> Any:
+    """A real model client: OpenAI, or any OpenAI-compatible server at `base_url` (default
+    OPENAI_BASE_URL)."""
+    if not (base_url or os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")):
         raise CliError(
-            "chat needs a model: set OPENAI_API_KEY, or OPENAI_BASE_URL for an OpenAI-compatible "
-            "server (offline: `python -m durable_swarm.testing.server` serves an echo model)."
+            "chat needs a model: set OPENAI_API_KEY, or --base-url (or OPENAI_BASE_URL) for an "
+            "OpenAI-compatible server (offline: `python -m durable_swarm.testing.server` serves "
+            "an echo model)."
         )
     from openai import OpenAI
 
-    return OpenAI(api_key=os.environ.get("OPENAI_API_KEY") or "not-needed")
+    return OpenAI(api_key=os.environ.get("OPENAI_API_KEY") or "not-needed", base_url=base_url)
 
 
 def cmd_chat(args: argparse.Namespace, style: Style) -> int:
@@ -92,11 +94,16 @@ def cmd_chat(args: argparse.Namespace, style: Style) -> int:
     if context is not None and not isinstance(context, dict):
         raise CliError('--context must be a JSON object, like \'{"name": "Ada"}\'.', 2)
     url = resolve_database_url(getattr(args, "database_url", None))
-    swarm = DurableSwarm(_client(), database_url=url)
+    swarm = DurableSwarm(_client(args.base_url), model=args.model, database_url=url)
     options: dict[str, Any] = {"swarm": swarm, "stream": args.stream, "context_variables": context}
     if args.session:
         options["session_id"] = args.session
-    print(style.paint(f"(durable chat: every turn is a run stored in {display_url(url)})", "dim"))
+    model = f"model {swarm.model}" if swarm.model else "each agent's model"
+    print(
+        style.paint(
+            f"(durable chat: every turn is a run stored in {display_url(url)}; {model})", "dim"
+        )
+    )
     stdout = sys.stdout
     if not style.enabled:  # run_demo_loop prints Swarm's colours: not for a pipe, nor NO_COLOR
         sys.stdout = _Plain(stdout)

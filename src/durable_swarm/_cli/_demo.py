@@ -109,6 +109,10 @@ def cmd_demo(args: argparse.Namespace, style: Style) -> int:
     env = dict(os.environ)
     if getattr(args, "database_url", None):
         env["DURABLE_SWARM_DATABASE_URL"] = args.database_url
+    if args.model:
+        env["DURABLE_SWARM_MODEL"] = args.model
+    if args.base_url:
+        env["OPENAI_BASE_URL"] = args.base_url
     command = [sys.executable, str(demos[name]), *args.args]
     try:
         return subprocess.call(command, env=env)

@@ -216,7 +216,8 @@ class _Timeline:
                 f"{usage.get('total_tokens', 0)} tokens ({usage.get('prompt_tokens', 0)} in, "
                 f"{usage.get('completion_tokens', 0)} out)"
             )
-        lines = [self.head(step, step.name, self.style.paint(tokens, "dim"))]
+        shown = ", ".join(x for x in (out.get("model"), tokens) if x)  # the model it asked
+        lines = [self.head(step, step.name, self.style.paint(shown, "dim"))]
         message = out.get("message") or {}
         if message.get("content"):
             lines.append(f"        {preview(message['content'], 110)}")

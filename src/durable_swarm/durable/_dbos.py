@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 from collections.abc import Callable, Coroutine, Sequence
@@ -11,8 +10,10 @@ from typing import Any, TypeVar
 import dbos._dbos as dbos_internals
 from dbos import DBOS
 
+from .._aio import in_event_loop
 from ..errors import DatabaseUnavailableError, DurableSwarmError
 from ._database import display_url
+from ._failures import quiet_tracebacks
 from ._ownership import Ownership, gate_queues, new_executor_id, timing
 from ._serializer import SCHEMA_VERSION, JsonSerializer
 
@@ -123,6 +124,7 @@ def ensure_launched(
                     "call durable_swarm.durable.shutdown() first."
                 )
             return
+        quiet_tracebacks()
         beat, dead = timing(heartbeat_interval, dead_after)
         ownership: Ownership | None = None
         early = True
@@ -197,9 +199,7 @@ def _launch_outside_event_loop() -> None:
     every recovered one) on that loop, which breaks once it closes (`asyncio.run` returns, a test
     ends). Launching from a plain thread keeps them on DBOS's own background loop.
     """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
+    if not in_event_loop():
         DBOS.launch()
         return
     errors: list[BaseException] = []

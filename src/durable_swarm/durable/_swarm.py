@@ -12,12 +12,14 @@ from typing import Any
 
 from dbos import DBOS, SetWorkflowID
 
-from .._aio import off_event_loop
+from .._aio import in_event_loop, off_event_loop
 from ..errors import AgentNotFoundError, DurableSwarmError
+from ..swarm import default_model
 from ..types import Agent, Response
 from . import _dbos
 from ._control import RunControl
 from ._database import resolve_database_url
+from ._failures import DEFAULT_MODEL_RETRIES
 from ._listing import PendingApproval
 from ._ownership import timing
 from ._runs import RunInfo, read_run
@@ -138,9 +140,7 @@ class RunHandle:
         `{"delim": "start"}` once the run resumes. Iterating inside a running event loop works
         too (the database is read on a helper thread); `aevents` is the async way.
         """
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
+        if not in_event_loop():
             yield from self._events()
             return
         yield from _through_thread(self._events)
@@ -167,6 +167,14 @@ class DurableSwarm:
     Args:
         client: any object with `chat.completions.create(**params)`; by default an
             `openai.OpenAI()` made when the first model call needs it.
+        model: the model every run asks for instead of each agent's own (a run's
+            `model_override` still wins); default `DURABLE_SWARM_MODEL`, else the agents'.
+            It is stored with the run, so a recovered run keeps the model it started with.
+        model_retries: how often a model step is retried after a transient error (timeout,
+            dropped connection, 429, 5xx): at most `model_retries + 1` requests per model call,
+            with backoff (1 s, 2 s, 4 s...). These are the only retries: an `openai` client's own
+            `max_retries` is not used in durable runs. Then the run fails with a
+            `ModelCallError` that says how to resume it. Stored with the run.
         database_url: where runs are stored. Defaults to `DURABLE_SWARM_DATABASE_URL`, then
             `DBOS_SYSTEM_DATABASE_URL`, then the SQLite file `durable_swarm.sqlite` in the
             working directory; `postgresql://...` selects PostgreSQL.
@@ -187,6 +195,8 @@ class DurableSwarm:
         self,
         client: Any = None,
         *,
+        model: str | None = None,
+        model_retries: int = DEFAULT_MODEL_RETRIES,
         database_url: str | None = None,
         executor_id: str | None = None,
         poll_interval: float = 0.1,
@@ -194,6 +204,12 @@ class DurableSwarm:
         dead_after: float | None = None,
     ) -> None:
         self.client = client
+        self.model = default_model(model)
+        if not isinstance(model_retries, int) or model_retries < 0:
+            raise DurableSwarmError(
+                f"model_retries must be a whole number, 0 or more (got {model_retries!r})."
+            )
+        self.model_retries = model_retries
         self.database_url = resolve_database_url(database_url)
         self.executor_id = executor_id
         self.poll_interval = poll_interval
@@ -243,7 +259,8 @@ class DurableSwarm:
             "agent": agent_ref(agent),
             "messages": copy.deepcopy(messages),
             "context_variables": copy.deepcopy(context_variables or {}),
-            "model_override": model_override,
+            "model_override": model_override or self.model,
+            "model_retries": self.model_retries,
             "stream": stream,
             "debug": debug,
             "max_turns": encode_max_turns(max_turns),

@@ -40,6 +40,7 @@ from ..tools import (
     tool_spec,
     unknown_tool,
 )
+from ._failures import DEFAULT_MODEL_RETRIES, model_failure, without_retries
 
 logger = logging.getLogger("durable_swarm")
 T = TypeVar("T")
@@ -151,9 +152,12 @@ def _check_json(tool: str, run_id: str, payload: dict[str, Any]) -> None:
 class DurableRuntime:
     """Performs the loop's effects as DBOS steps of the current workflow."""
 
-    def __init__(self, run_id: str, stream: bool) -> None:
+    def __init__(
+        self, run_id: str, stream: bool, model_retries: int = DEFAULT_MODEL_RETRIES
+    ) -> None:
         self.run_id = run_id
         self.stream = stream
+        self.model_retries = model_retries
         # id(call) -> child handle or error message; calls live in the history, so ids stay unique
         self._children: dict[int, Any] = {}
         self._child_count = 0
@@ -162,6 +166,9 @@ class DurableRuntime:
     async def acall_model(self, effect: ModelCall) -> dict[str, Any]:
         sender = effect.agent.name
         client = HOST.client_for(self.run_id)
+        requester = without_retries(client)  # the step's retries are the only ones
+        model_name = effect.request.get("model")
+        step: list[int | None] = []
 
         def stopped(e: BaseException) -> DurableSwarmError:  # would stop DBOS's event loop
             return DurableSwarmError(
@@ -171,38 +178,51 @@ class DurableRuntime:
 
         def output_of(completion: Any) -> dict[str, Any]:
             message = model.completion_message(completion, sender, run_id=self.run_id)
-            return {"message": message, "usage": model.usage_of(completion)}
+            return {"message": message, "usage": model.usage_of(completion), "model": model_name}
 
         async def model_step() -> dict[str, Any]:
+            step[:] = [DBOS.step_id]
             if effect.request.get("stream"):
-                return await self._streamed(client, effect)
+                return await self._streamed(requester, effect)
             try:
                 completion = await model.acreate(
-                    client, effect.request, sender=sender, run_id=self.run_id
+                    requester, effect.request, sender=sender, run_id=self.run_id
                 )
             except (KeyboardInterrupt, SystemExit) as e:
                 raise stopped(e) from None
             return output_of(completion)
 
         def sync_model_step() -> dict[str, Any]:
+            step[:] = [DBOS.step_id]
             try:
-                completion = model.create(client, effect.request, sender=sender, run_id=self.run_id)
+                completion = model.create(
+                    requester, effect.request, sender=sender, run_id=self.run_id
+                )
             except (KeyboardInterrupt, SystemExit) as e:
                 raise stopped(e) from None
             return output_of(completion)
 
         options: StepOptions = {
             "name": f"model:{sender}",
-            "retries_allowed": True,
-            "max_attempts": 3,
+            "retries_allowed": self.model_retries > 0,
+            "max_attempts": self.model_retries + 1,
             "interval_seconds": 1.0,
             "backoff_rate": 2.0,
             "should_retry": _transient,
         }
-        if effect.request.get("stream") or is_async_callable(client.chat.completions.create):
-            output = await DBOS.run_step_async(options, model_step)
-        else:  # a sync client: the whole step in one thread, as a sync DBOS step
-            output = await sync_step(options, sync_model_step)
+        try:
+            if effect.request.get("stream") or is_async_callable(requester.chat.completions.create):
+                output = await DBOS.run_step_async(options, model_step)
+            else:  # a sync client: the whole step in one thread, as a sync DBOS step
+                output = await sync_step(options, sync_model_step)
+        except Exception as e:
+            failure = model_failure(
+                e, run_id=self.run_id, step=step[0] if step else None, agent=sender,
+                model=model_name, client=client,
+            )  # fmt: skip
+            if failure is e:
+                raise
+            raise failure from None
         message: dict[str, Any] = output["message"]
         return message
 
@@ -223,7 +243,11 @@ class DurableRuntime:
             if (event := assembler.feed(chunk)) is not None:
                 await publish(event)
         await publish({"delim": "end"})
-        return {"message": assembler.message(), "usage": assembler.usage}
+        return {
+            "message": assembler.message(),
+            "usage": assembler.usage,
+            "model": effect.request.get("model"),
+        }
 
     async def await_input(self, effect: WaitForInput) -> Any:
         """A durable wait for the person: published as the run's `waiting_for` event, answered
@@ -344,6 +368,7 @@ class DurableRuntime:
                 "messages": [{"role": "user", "content": task}],
                 "context_variables": {},
                 "parent": self.run_id,
+                "model_retries": self.model_retries,
             }
             with SetWorkflowID(child_id):
                 self._children[id(call)] = await DBOS.start_workflow_async(run_workflow, spec)
@@ -433,7 +458,9 @@ async def run_workflow(spec: dict[str, Any]) -> dict[str, Any]:
         agents=agents,
     )
     try:
-        response = await adrive(loop, DurableRuntime(run_id, bool(spec.get("stream"))))
+        retries = spec.get("model_retries", DEFAULT_MODEL_RETRIES)
+        runtime = DurableRuntime(run_id, bool(spec.get("stream")), retries)
+        response = await adrive(loop, runtime)
     finally:
         if spec.get("stream"):
             await DBOS.close_stream_async(EVENTS_STREAM)
