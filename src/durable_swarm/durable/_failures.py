@@ -30,13 +30,12 @@ def _no_retries(client: Any) -> Any:
 
 
 def without_retries(client: Any) -> Any:
-    """`client` with its own retries off (an `openai` client: `with_options(max_retries=0)`,
-    made once per client); any other client as it is."""
-    if callable(getattr(client, "with_options", None)):
-        try:
-            return _no_retries(client)
-        except TypeError:  # an unhashable client, or one whose with_options differs
-            return client
+    """`client` with its own retries off: an `openai.OpenAI`/`AsyncOpenAI` (Azure's too) as
+    `with_options(max_retries=0)`, made once per client; any other client as it is."""
+    import openai
+
+    if isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)):
+        return _no_retries(client)
     return client
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 import queue
 import threading
 import uuid
@@ -27,6 +28,7 @@ from ._serializer import naming_run
 from ._workflow import (
     EVENTS_STREAM,
     HOST,
+    WAITING_EVENT,
     agent_ref,
     encode_max_turns,
     encode_target,
@@ -36,6 +38,8 @@ from ._workflow import (
 __all__ = ["DurableSwarm", "RunHandle"]
 
 _POLL_SECONDS = 0.05
+_NOTICE_FIRST, _NOTICE_MAX = 0.2, 5.0
+logger = logging.getLogger("durable_swarm")
 
 
 def _response(run_id: str, output: dict[str, Any]) -> Response:
@@ -88,6 +92,46 @@ def _events(items: Iterator[Any]) -> Iterator[dict[str, Any]]:
             yield item["event"]
 
 
+def waiting_notice(run_id: str, waiting: dict[str, Any]) -> str:
+    """What a blocked `run()` says when its run waits for the person: what for, and how to
+    answer (from any process)."""
+    if waiting.get("kind") == "approval":
+        call = waiting.get("tool_call") or {}
+        function, call_id = call.get("function") or {}, call.get("id")
+        return (
+            f"Run {run_id!r} is waiting for approval of "
+            f"{function.get('name')}({function.get('arguments') or ''}) (tool call {call_id}). "
+            f"Decide from any process: `durable-swarm runs approve {run_id} {call_id}` or "
+            f"`durable-swarm runs reject {run_id} {call_id} -m WHY`, or in Python "
+            f"swarm.approve({run_id!r}, {call_id!r}) / swarm.reject(...). "
+            "run() returns when the run finishes."
+        )
+    prompt = waiting.get("prompt")
+    asked = f" ({waiting['agent']} asks: {prompt})" if prompt and waiting.get("agent") else ""
+    return (
+        f"Run {run_id!r} is waiting for input from the person{asked}. Answer from any process: "
+        f'`durable-swarm runs send {run_id} "..."`, or in Python '
+        f"swarm.send_input({run_id!r}, text). run() returns when the run finishes."
+    )
+
+
+async def _result_noting_waits(run_id: str, handle: Any) -> Any:
+    """The run's output; meanwhile, once per wait, logs `waiting_notice` (checked after 0.2 s,
+    then less often, up to every 5 s)."""
+    handle = handle or await DBOS.retrieve_workflow_async(run_id)
+    result = asyncio.ensure_future(handle.get_result(polling_interval_sec=_POLL_SECONDS))
+    interval, noted = _NOTICE_FIRST, None
+    while True:
+        done, _ = await asyncio.wait({result}, timeout=interval)
+        if done:
+            return result.result()
+        interval = min(interval * 2, _NOTICE_MAX)
+        waiting = (await DBOS.get_all_events_async(run_id)).get(WAITING_EVENT)
+        if waiting and waiting.get("wait_id") != noted:
+            noted, interval = waiting.get("wait_id"), _NOTICE_FIRST
+            logger.warning("%s", waiting_notice(run_id, waiting))
+
+
 class RunHandle:
     """A durable run started with `DurableSwarm.start`: its id, result, status and events."""
 
@@ -102,8 +146,14 @@ class RunHandle:
     @off_event_loop
     def result(self) -> Response:
         """Wait for the run to finish and return its `Response` (raises the run's error)."""
+        return self._result(notice=False)
+
+    def _result(self, *, notice: bool) -> Response:
+        """`result`; with `notice`, says once per wait what the run waits for (see `run`)."""
         with naming_run(self.run_id):
-            if self._on_loop is not None:
+            if notice:
+                output = _dbos.on_dbos_loop(_result_noting_waits(self.run_id, self._on_loop))
+            elif self._on_loop is not None:
                 waiting = self._on_loop.get_result(polling_interval_sec=_POLL_SECONDS)
                 output = _dbos.on_dbos_loop(waiting)
             else:  # read through the database
@@ -362,7 +412,9 @@ class DurableSwarm:
         """Swarm's `run`, durably: same arguments, same `Response` (or stream of events).
 
         `run_id` names the run (default: a new UUID); running again with the id of an existing
-        run returns that run's result, or waits for it, and never executes it twice.
+        run returns that run's result, or waits for it, and never executes it twice. While the
+        run waits for the person, a warning on the `durable_swarm` logger says once per wait
+        what it waits for and how to answer (`send_input`, `approve`, `reject`, or the CLI).
         """
         handle = self.start(
             agent,
@@ -377,7 +429,7 @@ class DurableSwarm:
             after_work=after_work,
             agents=agents,
         )
-        return handle.events() if stream else handle.result()
+        return handle.events() if stream else handle._result(notice=True)
 
     def run_and_stream(
         self,
