@@ -91,7 +91,7 @@ def test_show_is_a_timeline_of_model_calls_tools_and_handoffs(reads):
     assert out.startswith("Run run-ok  succeeded")
     assert "agent      Weather Agent" in out
     assert re.search(r"tokens\s+\d+ \(prompt \d+, completion \d+\) over 3 model calls", out)
-    assert re.search(r"#1\s+model\s+Router\s+\d+ ms\s+\d+ tokens \(\d+ in, \d+ out\)", out)
+    assert re.search(r"#1\s+model\s+Router\s+\d+ ms\s+gpt-4o, \d+ tokens \(\d+ in, \d+ out\)", out)
     assert "→ transfer_to_weather()" in out
     assert re.search(r"#3\s+handoff\s+Router → Weather Agent", out)
     assert 'get_weather(city="Paris") = Sunny and 21°C in Paris' in out
