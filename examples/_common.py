@@ -3,8 +3,9 @@
 Examples run offline by default: a scripted model answers instead of OpenAI. It is a
 `durable_swarm.testing.ScriptedClient` driven by a small function of the conversation (each example
 writes its own), so the demo behaves like a real agent would, and the example says so on screen.
-Set `OPENAI_API_KEY` (OpenAI) or `OPENAI_BASE_URL` (any OpenAI-compatible server) to use a real
-model; `OPENAI_MODEL` then picks the model for every agent.
+Set `OPENAI_API_KEY` (OpenAI) or `OPENAI_BASE_URL` / `--base-url` (any OpenAI-compatible server) to
+use a real model; `--model` (else `DURABLE_SWARM_MODEL`, else `OPENAI_MODEL`) then picks the model
+for every agent.
 
 Options every example accepts (see `parse_args`):
 
@@ -12,6 +13,7 @@ Options every example accepts (see `parse_args`):
   embedded SQLite default (`durable_swarm.sqlite` in the working directory, or
   `DURABLE_SWARM_DATABASE_URL`), or in `--database-url`. `durable-swarm runs list` shows the runs.
 * `--offline` (or `EXAMPLES_OFFLINE=1`): the scripted model even when a real one is configured.
+* `--model NAME`, `--base-url URL`: the real model every agent asks for, and the server.
 * `--say TEXT` (repeatable, interactive examples): the user's lines, instead of the keyboard.
   Lines piped on stdin work too; end of input ends the chat.
 
@@ -68,6 +70,7 @@ def parse_args(
         default=_env_flag("EXAMPLES_OFFLINE"),
         help="use the scripted model even if OPENAI_API_KEY or OPENAI_BASE_URL is set",
     )
+    add_model_options(parser)
     if interactive:
         parser.add_argument(
             "--say",
@@ -84,6 +87,23 @@ def parse_args(
     return parser.parse_args(argv)
 
 
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """`--model` and `--base-url`, for examples with their own parser."""
+    parser.add_argument(
+        "--model",
+        default=os.environ.get("DURABLE_SWARM_MODEL") or os.environ.get("OPENAI_MODEL"),
+        help="the model every agent asks for (default: DURABLE_SWARM_MODEL, else OPENAI_MODEL, "
+        "else each agent's own)",
+    )
+    parser.add_argument(
+        "--base-url",
+        default=os.environ.get("OPENAI_BASE_URL"),
+        metavar="URL",
+        help="an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 (default: "
+        "OPENAI_BASE_URL); setting it uses the real model",
+    )
+
+
 def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -91,46 +111,42 @@ def _env_flag(name: str) -> bool:
 # --- client and swarm -----------------------------------------------------------------------
 
 
-def real_model_configured() -> bool:
-    """Whether a real model is configured (`OPENAI_API_KEY` or `OPENAI_BASE_URL` is set)."""
-    return bool(os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"))
+def real_model_configured(base_url: str | None = None) -> bool:
+    """Whether a real model is configured (`base_url`, `OPENAI_API_KEY` or `OPENAI_BASE_URL`)."""
+    return bool(base_url or os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"))
 
 
-class _FixedModel:
-    """Wraps a client so every request uses `model` (for servers that serve other models)."""
-
-    def __init__(self, client: Any, model: str) -> None:
-        self._client, self._model = client, model
-        self.chat = self
-        self.completions = self
-
-    def create(self, **params: Any) -> Any:
-        return self._client.chat.completions.create(**{**params, "model": self._model})
-
-
-def make_client(script: ScriptFunction, *, offline: bool = False, announce: bool = True) -> Any:
-    """The model client: a real OpenAI client when one is configured (and not `offline`), else
-    a `ScriptedClient` answering with `script`. Says which one on screen when `announce`."""
-    if offline or not real_model_configured():
+def make_client(
+    script: ScriptFunction,
+    *,
+    offline: bool = False,
+    announce: bool = True,
+    base_url: str | None = None,
+    model: str | None = None,
+) -> Any:
+    """The model client: a real OpenAI client when one is configured (and not `offline`), at
+    `base_url` if given, else a `ScriptedClient` answering with `script`. Says which one on
+    screen when `announce` (with `model`, the model the swarm will ask for)."""
+    if offline or not real_model_configured(base_url):
         if announce:
             print(OFFLINE_NOTICE)
         return ScriptedClient(script)
     from openai import OpenAI
 
-    client: Any = OpenAI(api_key=os.environ.get("OPENAI_API_KEY") or "not-needed")
-    model = os.environ.get("OPENAI_MODEL")
+    client = OpenAI(api_key=os.environ.get("OPENAI_API_KEY") or "not-needed", base_url=base_url)
     if announce:
-        where = os.environ.get("OPENAI_BASE_URL") or "api.openai.com"
-        print(f"(real model: {model or 'each agent’s model'} at {where})")
-    return _FixedModel(client, model) if model else client
+        print(f"(real model: {model or 'each agent’s model'} at {client.base_url})")
+    return client
 
 
 def make_swarm(script: ScriptFunction, args: argparse.Namespace) -> Any:
-    """`Swarm` (or `DurableSwarm` with `--durable`) on the client `make_client` picks."""
-    client = make_client(script, offline=args.offline)
+    """`Swarm` (or `DurableSwarm` with `--durable`) on the client `make_client` picks, asking
+    for `--model` when one is given."""
+    client = make_client(script, offline=args.offline, base_url=args.base_url, model=args.model)
+    model = None if args.offline else args.model
     if not args.durable:
-        return Swarm(client=client)
-    swarm = DurableSwarm(client, database_url=args.database_url)
+        return Swarm(client=client, model=model)
+    swarm = DurableSwarm(client, model=model, database_url=args.database_url)
     print(
         f"(durable: runs are stored in {swarm.database_url} — see them with "
         "`durable-swarm runs list`)"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `_common`
 
-from _common import make_client
+from _common import add_model_options, make_client
 
 from durable_swarm import DurableSwarm, Swarm
 from durable_swarm.planning import PLAN_KEY, render_plan
@@ -54,6 +54,7 @@ def parse_args(argv):
         action="store_true",
         help="use the scripted model even if OPENAI_API_KEY or OPENAI_BASE_URL is set",
     )
+    add_model_options(parser)
     return parser.parse_args(argv)
 
 
@@ -88,9 +89,9 @@ def show_progress(plan, shown):
                 print(f"  {line}")
 
 
-def run_durably(client, researcher, messages, args, answer):
+def run_durably(client, model, researcher, messages, args, answer):
     """Start (or attach to) the durable run, answer its questions, show its plan as it goes."""
-    swarm = DurableSwarm(client, database_url=args.database_url)
+    swarm = DurableSwarm(client, model=model, database_url=args.database_url)
     run_id = args.run_id or f"research-{uuid.uuid4().hex[:8]}"
     print(
         f"(durable: run {run_id} in {swarm.database_url}; if interrupted, run again with "
@@ -125,7 +126,8 @@ def main(argv=None):
     args = parse_args(argv)
     workspace = Path(args.workspace).resolve()
     workspace.mkdir(parents=True, exist_ok=True)
-    client = make_client(respond, offline=args.offline)
+    client = make_client(respond, offline=args.offline, base_url=args.base_url, model=args.model)
+    model = None if args.offline else args.model
     researcher = build_researcher(workspace)
     messages = [{"role": "user", "content": args.request}]
     answer = answerer(args.say)
@@ -133,11 +135,11 @@ def main(argv=None):
     before = report.stat().st_mtime_ns if report.exists() else None
     print(f"Request: {args.request}")
     if args.in_memory:
-        response = Swarm(client, input_fn=answer).run(researcher, messages)
+        response = Swarm(client, model=model, input_fn=answer).run(researcher, messages)
         if response.context_variables.get(PLAN_KEY):
             show_progress(response.context_variables[PLAN_KEY], None)
     else:
-        response = run_durably(client, researcher, messages, args, answer)
+        response = run_durably(client, model, researcher, messages, args, answer)
     print(f"\n{response.messages[-1]['content']}")
     if report.exists() and report.stat().st_mtime_ns != before:
         print(f"\n--- {report} ---\n{report.read_text()}")

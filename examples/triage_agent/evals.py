@@ -11,9 +11,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `_common`
 
-from _common import make_client, parse_args
+from _common import make_swarm, parse_args
 
-from durable_swarm import Swarm
 from triage_agent.agents import triage_agent
 from triage_agent.offline_model import respond
 
@@ -42,7 +41,7 @@ def check_case(client, query, function_name):
 def main(argv=None):
     """Run every case and print a report; exit status 1 if any case failed."""
     args = parse_args(__doc__.splitlines()[0], argv)
-    client = Swarm(client=make_client(respond, offline=args.offline))
+    client = make_swarm(respond, args)  # Swarm, or DurableSwarm with --durable
     failures = 0
     for query, function_name in TOOL_CALL_CASES:
         problem = check_case(client, query, function_name)

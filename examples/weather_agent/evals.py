@@ -11,9 +11,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `_common`
 
-from _common import make_client, parse_args
+from _common import make_swarm, parse_args
 
-from durable_swarm import Swarm
 from weather_agent.agents import weather_agent
 from weather_agent.offline_model import respond
 
@@ -50,7 +49,7 @@ def check_case(client, query, expect_weather):
 def main(argv=None):
     """Run every case and print a report; exit status 1 if any case failed."""
     args = parse_args(__doc__.splitlines()[0], argv)
-    client = Swarm(client=make_client(respond, offline=args.offline))
+    client = make_swarm(respond, args)  # Swarm, or DurableSwarm with --durable
     cases = [(q, True) for q in CALLS_WEATHER] + [(q, False) for q in DOES_NOT_CALL_WEATHER]
     failures = 0
     for query, expect_weather in cases:

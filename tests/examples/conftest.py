@@ -7,7 +7,13 @@ import pytest
 
 from ._helpers import ANSI
 
-_MODEL_ENV = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "EXAMPLES_DURABLE")
+_MODEL_ENV = (
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "OPENAI_MODEL",
+    "DURABLE_SWARM_MODEL",
+    "EXAMPLES_DURABLE",
+)
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,13 @@ REPO = EXAMPLES.parent
 
 def run(*argv, stdin="", **env):
     """Run `python *argv` from the repository root with a clean model environment."""
-    scrubbed = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "DURABLE_SWARM_DATABASE_URL")
+    scrubbed = (
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "OPENAI_MODEL",
+        "DURABLE_SWARM_MODEL",
+        "DURABLE_SWARM_DATABASE_URL",
+    )
     environ = {k: v for k, v in os.environ.items() if k not in scrubbed}
     done = subprocess.run(
         [sys.executable, *argv],
@@ -90,3 +96,25 @@ def test_openai_model_picks_the_model_for_every_agent(monkeypatch, run_example):
         run_example(bare_minimum.main)
         requests = server.requests
     assert requests[0]["model"] == "local-model"
+
+
+def test_model_and_base_url_options_pick_a_real_model(run_example):
+    with FakeOpenAIServer() as server:
+        out = run_example(
+            bare_minimum.main, "--base-url", server.base_url, "--model", "small-local-model"
+        )
+        requests = server.requests
+    assert out.splitlines()[0] == f"(real model: small-local-model at {server.base_url}/)"
+    assert out.splitlines()[-1] == "You said: Hi!"
+    assert [r["model"] for r in requests] == ["small-local-model"]
+
+
+def test_evals_honour_durable(tmp_path):
+    db = tmp_path / "evals.sqlite"
+    out = run("examples/triage_agent/evals.py", "--durable", "--database-url", str(db))
+    assert "4/4 cases passed" in out
+    assert f"(durable: runs are stored in sqlite:///{db}" in out
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT status FROM workflow_status").fetchall()
+    conn.close()
+    assert rows == [("SUCCESS",)] * 4  # every case was a durable run

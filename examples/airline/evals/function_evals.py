@@ -17,11 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # examples/, for `_common`
 
-from _common import make_client, parse_args
+from _common import make_swarm, parse_args
 
 from airline.agents import flight_modification, triage_agent
 from airline.offline_model import respond
-from durable_swarm import Swarm
 
 CASES_DIR = Path(__file__).parent / "eval_cases"
 
@@ -76,7 +75,7 @@ def main(argv=None):
     extra.add_argument("--save", metavar="PATH", help="append the results to this JSON file")
     options, rest = extra.parse_known_args(argv)
     args = parse_args(__doc__.splitlines()[0], rest)
-    client = Swarm(client=make_client(respond, offline=args.offline))
+    client = make_swarm(respond, args)  # Swarm, or DurableSwarm with --durable
     report = {"id": str(uuid.uuid4()), "timestamp": datetime.datetime.now().isoformat()}
     lowest = 100.0
     for agent, cases in (
