@@ -7,6 +7,13 @@ command again, and it resumes after the last finished step without asking your n
 without repeating a step. `--show-crash` does that for you: it kills the agent's process with
 SIGKILL in the middle of the refund and starts it again.
 
+Effects are idempotent per order, as a real refund must be: the payment provider (a small SQLite
+file, `refund_demo_payments.sqlite`) reverses an order's payment once, however often
+`reverse_payment` is called for it. Small local models do call the same tool several times in
+one reply; the scripted model does it too, to show it. `--fresh` starts a new run, unless the
+last `--fresh` run is unfinished: then it resumes that one, so "run the same command again"
+always resumes.
+
 Run: `python examples/refund/main.py` (or `durable-swarm demo refund`).
 """
 
@@ -16,6 +23,7 @@ import argparse
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -25,15 +33,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `_common`
 
-from _common import make_client, my_tool_result, tools_called
+from _common import add_model_options, make_client, my_tool_result, tools_called
 
-from durable_swarm import Agent, DurableSwarm, RunNotFoundError, ask_user
+from durable_swarm import Agent, DatabaseUnavailableError, DurableSwarm, RunNotFoundError, ask_user
+from durable_swarm.durable import DurableClient
 from durable_swarm.testing import ToolCall, calls, text
 
 LEDGER_ENV = "REFUND_DEMO_LEDGER"
 STEP_SECONDS_ENV = "REFUND_DEMO_STEP_SECONDS"
 CRASH_AT_ENV = "REFUND_DEMO_CRASH_AT"
+PAYMENTS_ENV = "REFUND_DEMO_PAYMENTS"
 DEFAULT_DATABASE = "refund_demo.sqlite"
+DEFAULT_PAYMENTS = "refund_demo_payments.sqlite"
+FRESH_PREFIX = "refund-"
+MAX_TURNS = 40  # a model that keeps asking or calling stops here instead of looping forever
 
 
 # --- the slow steps -----------------------------------------------------------------------
@@ -61,9 +74,31 @@ def look_up_order(customer: str, idempotency_key: str) -> str:
     )
 
 
+def _payments() -> sqlite3.Connection:
+    """The payment provider's book of reversals: one row per order, ever."""
+    conn = sqlite3.connect(os.environ.get(PAYMENTS_ENV, DEFAULT_PAYMENTS), timeout=30)
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS reversals (order_id TEXT PRIMARY KEY, amount REAL, "
+        "idempotency_key TEXT)"
+    )
+    return conn
+
+
 def reverse_payment(order_id: str, amount: float, idempotency_key: str) -> str:
-    """Reverse the payment of an order (the payment provider is slow)."""
+    """Reverse the payment of an order (the payment provider is slow). Idempotent per order:
+    an order whose payment was already reversed is not refunded again."""
+    with _payments() as conn:
+        done = conn.execute(
+            "SELECT amount FROM reversals WHERE order_id = ?", (order_id,)
+        ).fetchone()
+    if done:
+        print(f"   = reverse_payment: {order_id} was already reversed: no second refund")
+        return f"The payment for {order_id} was already reversed ({done[0]:.2f} EUR); nothing done."
     _work("reverse_payment", f"reversing {amount:.2f} EUR for {order_id}", idempotency_key)
+    with _payments() as conn:
+        conn.execute(
+            "INSERT OR IGNORE INTO reversals VALUES (?, ?, ?)", (order_id, amount, idempotency_key)
+        )
     return f"Payment of {amount:.2f} EUR for {order_id} reversed."
 
 
@@ -138,6 +173,9 @@ def offline_model(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | 
             ("apply_discount", {"customer": customer, "percent": 10}),
         ]
     for name, args in plan:
+        if name == "reverse_payment" and name not in done:
+            # as small local models do: the same call twice in one reply (refunded once)
+            return calls(ToolCall(name, args), ToolCall(name, args))
         if name not in done:
             return calls(ToolCall(name, args))
     if my_tool_result(messages, tools) is not None and order:
@@ -159,6 +197,7 @@ def _show(message: dict[str, Any]) -> None:
 
 
 def _answer(question: str, name: str | None) -> str:
+    """The customer's name: asked once at a terminal; a question asked again gets the same."""
     print(f"🤖 {question}", flush=True)
     if name is None and not sys.stdin.isatty():
         name = "Ada"  # no one at a terminal to ask (a pipe, CI): answer for them
@@ -166,6 +205,33 @@ def _answer(question: str, name: str | None) -> str:
         print(f"🙂 {name}", flush=True)
         return name
     return input("🙂 ").strip() or "there"
+
+
+def _current_fresh_run(database_url: str) -> str | None:
+    """The newest run started with `--fresh` if it has not finished (pending, waiting or
+    failed): running the same `--fresh` command again resumes it. Read with the thin client,
+    which never runs or recovers a run itself."""
+    try:
+        with DurableClient(database_url) as client:
+            runs = client.list_runs(limit=200)
+    except DatabaseUnavailableError:  # no database yet: no run to resume
+        return None
+    for info in runs:
+        if info.run_id.startswith(FRESH_PREFIX) and info.parent is None:
+            return info.run_id if info.status not in ("succeeded", "cancelled") else None
+    return None
+
+
+def _ending(info: Any, run_id: str, where: str) -> int:
+    """Say how the run ended, and what to do next."""
+    discount = info.context_variables.get("discount")
+    given = f"discount: {discount}%" if discount is not None else "no discount was applied"
+    print(f"■ Run {run_id} {info.status}; {given}")
+    if info.status == "failed":
+        print(f"  Why: {info.error}")
+        print("  Fix the cause, then run the same command again: it resumes the run.")
+    print(f"  Its timeline: durable-swarm runs show {run_id} --database-url {where}")
+    return 0 if info.status == "succeeded" else 1
 
 
 def run_refund(swarm: DurableSwarm, run_id: str, name: str | None) -> int:
@@ -179,6 +245,8 @@ def run_refund(swarm: DurableSwarm, run_id: str, name: str | None) -> int:
             return 0
         done = [s.name for s in info.steps if s.kind == "tool" and s.completed_at]
         print(f"↻ Resuming run {run_id}: finished steps {done or 'none'} are not run again.")
+        if info.status in ("failed", "cancelled"):
+            swarm.resume(run_id)  # continues from the step that failed
         shown = len(info.messages)
     except RunNotFoundError:
         print(f"▶ Starting run {run_id}")
@@ -187,21 +255,23 @@ def run_refund(swarm: DurableSwarm, run_id: str, name: str | None) -> int:
             refund_agent,
             [{"role": "user", "content": "Hi, I'd like a refund for my last order."}],
             run_id=run_id,
+            max_turns=MAX_TURNS,
         )
+    answered: set[Any] = set()  # the waits answered, so a question asked again is answered again
     while True:
         info = swarm.get_run(run_id)
         for message in info.messages[shown:]:
             _show(message)
         shown = len(info.messages)
-        if info.status == "waiting_for_input" and info.waiting_for:
-            swarm.send_input(run_id, _answer(info.waiting_for.get("prompt") or "?", name))
-            while swarm.get_run(run_id).status == "waiting_for_input":
-                time.sleep(0.05)
+        waiting = info.waiting_for or {}
+        if info.status == "waiting_for_input" and waiting.get("wait_id") not in answered:
+            if answered:
+                print("   (the model asked again: it gets the same answer)", flush=True)
+            answered.add(waiting.get("wait_id"))
+            name = _answer(waiting.get("prompt") or "?", name)
+            swarm.send_input(run_id, name)
         elif info.status in ("succeeded", "failed", "cancelled"):
-            discount = info.context_variables.get("discount")
-            print(f"■ Run {run_id} {info.status}; discount: {discount}%")
-            print(f"  Its timeline: durable-swarm runs show {run_id} --database-url {where}")
-            return 0 if info.status == "succeeded" else 1
+            return _ending(info, run_id, where)
         time.sleep(0.1)
 
 
@@ -219,10 +289,16 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the options and run (or resume) the refund."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-id", default="refund-demo", help="the run to start or resume")
-    parser.add_argument("--fresh", action="store_true", help="start a new run (a new run id)")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start a new run (a new run id), unless the last --fresh run is unfinished: then "
+        "resume it",
+    )
     parser.add_argument("--name", help="answer the name question with this (no prompt)")
     parser.add_argument("--database-url", default=None, help=f"default: ./{DEFAULT_DATABASE}")
     parser.add_argument("--offline", action="store_true", help="scripted model even with a key")
+    add_model_options(parser)
     parser.add_argument(
         "--show-crash",
         nargs="?",
@@ -232,18 +308,24 @@ def main(argv: list[str] | None = None) -> int:
         "run again to show it resume",
     )
     args = parser.parse_args(argv)
-    run_id = f"refund-{uuid.uuid4().hex[:8]}" if args.fresh else args.run_id
     database_url = (
         args.database_url or os.environ.get("DURABLE_SWARM_DATABASE_URL") or DEFAULT_DATABASE
     )
+    run_id = args.run_id
+    if args.fresh:
+        run_id = _current_fresh_run(database_url) or f"{FRESH_PREFIX}{uuid.uuid4().hex[:8]}"
     if args.show_crash:
         child = ["--run-id", run_id, "--database-url", database_url]
         child += ["--name", args.name] if args.name else []
         child += ["--offline"] if args.offline else []
+        child += ["--model", args.model] if args.model else []
+        child += ["--base-url", args.base_url] if args.base_url else []
         return show_crash(child, args.show_crash)
-    swarm = DurableSwarm(
-        make_client(offline_model, offline=args.offline), database_url=database_url
+    client = make_client(
+        offline_model, offline=args.offline, base_url=args.base_url, model=args.model
     )
+    model = None if args.offline else args.model
+    swarm = DurableSwarm(client, model=model, database_url=database_url)
 
     def stop(signum: int, frame: Any) -> None:
         print(f"\n⏸ Stopped. Run the same command again to resume run {run_id}.", flush=True)

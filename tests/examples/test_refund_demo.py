@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,10 +46,10 @@ def _command(tmp_path: Path) -> list[str]:
     return [sys.executable, str(DEMO), "--name", "Ada", "--database-url", database]
 
 
-def _start_and_interrupt(tmp_path: Path, sig: int, during: str) -> str:
+def _start_and_interrupt(tmp_path: Path, sig: int, during: str, *extra: str) -> str:
     """Start the demo, wait until it is inside `during`, send `sig`; return its output."""
     process = subprocess.Popen(
-        _command(tmp_path),
+        [*_command(tmp_path), *extra],
         env=_env(tmp_path, step_seconds=3.0),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -74,9 +75,9 @@ def _start_and_interrupt(tmp_path: Path, sig: int, during: str) -> str:
     return "".join(output)
 
 
-def _resume(tmp_path: Path) -> str:
+def _resume(tmp_path: Path, *extra: str) -> str:
     finished = subprocess.run(
-        _command(tmp_path),
+        [*_command(tmp_path), *extra],
         env=_env(tmp_path, step_seconds=0.05),
         capture_output=True,
         text=True,
@@ -135,3 +136,61 @@ def test_refund_demo_finished_run_is_not_run_again(tmp_path: Path) -> None:
     again = _resume(tmp_path)
     assert "already finished" in again
     assert [entry["step"] for entry in _ledger(tmp_path)] == ALL_STEPS
+
+
+def test_fresh_then_the_same_command_resumes_and_refunds_each_order_once(tmp_path: Path) -> None:
+    first = _start_and_interrupt(tmp_path, signal.SIGINT, "confirm_with_bank", "--fresh")
+    run_id = re.search(r"Starting run (refund-[0-9a-f]{8})", first)[1]  # type: ignore[index]
+    assert f"Run the same command again to resume run {run_id}" in first
+    # the scripted model calls reverse_payment twice in one reply, as small models do
+    assert "reverse_payment: A-1042 was already reversed: no second refund" in first
+
+    second = _resume(tmp_path, "--fresh")
+    assert f"Resuming run {run_id}" in second
+    assert "succeeded; discount: 10%" in second
+    assert [e["step"] for e in _ledger(tmp_path)] == ALL_STEPS  # the order refunded once
+
+    third = _resume(tmp_path, "--fresh")  # the last --fresh run finished: a new one
+    assert "Starting run refund-" in third and run_id not in third.split("Its timeline")[0]
+    assert "A-1042 was already reversed: no second refund" in third
+    assert [e["step"] for e in _ledger(tmp_path)].count("reverse_payment") == 1
+
+
+ASKS_AGAIN = """
+import sys
+sys.path.insert(0, {examples!r})
+from refund import main as demo
+from durable_swarm import DurableSwarm
+from durable_swarm.testing import ScriptedClient, ToolCall, calls, text
+
+def model(messages, tools):  # a small model: asks the same question three times
+    answers = [m for m in messages if m.get("role") == "tool"]
+    if len(answers) < 3:
+        return calls(ToolCall("ask_user", {{"question": "What is your name?"}}))
+    return text("Thanks " + answers[-1]["content"] + ", I will look into it.")
+
+swarm = DurableSwarm(ScriptedClient(model), database_url={db!r})
+sys.exit(demo.run_refund(swarm, "asks-again", None))
+"""
+
+
+def test_a_question_asked_again_is_answered_again_and_nothing_prints_none(tmp_path: Path):
+    script = tmp_path / "asks_again.py"
+    script.write_text(
+        ASKS_AGAIN.format(examples=str(DEMO.parents[1]), db=str(tmp_path / "refund.sqlite"))
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        env=_env(tmp_path, step_seconds=0.05),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("What is your name?") == 3
+    assert done.stdout.count("the model asked again: it gets the same answer") == 2
+    assert "Thanks Ada, I will look into it." in done.stdout
+    assert "succeeded; no discount was applied" in done.stdout
+    assert "None" not in done.stdout
