@@ -1,12 +1,14 @@
 """The `durable-swarm` command: look at and steer durable runs, run the demos, chat.
 
-    durable-swarm runs list [--status S] [--agent A] [--since T] [--until T] [--limit N]
+    durable-swarm runs list [--status S] [--agent A] [--search TEXT] [--since T] [--until T]
+                            [--limit N] [--offset N]
     durable-swarm runs show RUN_ID [--messages] [--all]
     durable-swarm runs watch RUN_ID [--interval S] [--timeout S]
     durable-swarm runs send RUN_ID TEXT
     durable-swarm runs approve RUN_ID TOOL_CALL_ID
     durable-swarm runs reject RUN_ID TOOL_CALL_ID [--message M]
     durable-swarm runs cancel RUN_ID | resume RUN_ID | fork RUN_ID STEP
+    durable-swarm runs delete RUN_ID [--force] | prune --older-than 30d [--dry-run] [--yes]
     durable-swarm demo [NAME] [--model M] [--base-url URL] [ARGS...] | demo --list
     durable-swarm chat MODULE:AGENT [--model M] [--base-url URL] [--stream] [--context JSON]
                        [--session ID]
@@ -117,7 +119,13 @@ def _add_runs(commands: argparse._SubParsersAction, common: argparse.ArgumentPar
         "--until", type=parse_time, metavar="TIME", help="created at or before: ISO time or 30m"
     )
     listing.add_argument(
+        "--search", metavar="TEXT", help="only runs whose messages contain TEXT (any case)"
+    )
+    listing.add_argument(
         "--limit", type=_count, default=50, metavar="N", help="at most N runs (0: all; default 50)"
+    )
+    listing.add_argument(
+        "--offset", type=_count, default=0, metavar="N", help="skip the first N runs (paging)"
     )
 
     show = action("show", "a run's summary and timeline: model calls, tool calls, handoffs, waits")
@@ -161,6 +169,23 @@ def _add_runs(commands: argparse._SubParsersAction, common: argparse.ArgumentPar
     fork.add_argument("run_id", metavar="RUN_ID")
     fork.add_argument("step", type=_count, metavar="STEP", help="the first step to run again")
     fork.add_argument("--new-run-id", metavar="ID", help="the new run's id (default: a UUID)")
+
+    delete = action("delete", "delete a run and its sub-agent runs (a live run only with --force)")
+    delete.add_argument("run_id", metavar="RUN_ID")
+    delete.add_argument(
+        "--force", action="store_true", help="also a live run: it is cancelled, then deleted"
+    )
+
+    prune = action("prune", "delete finished runs older than a time, to keep the database small")
+    prune.add_argument(
+        "--older-than",
+        type=parse_time,
+        required=True,
+        metavar="TIME",
+        help="created before this: a time ago like 30d, 12h, or an ISO time",
+    )
+    prune.add_argument("--dry-run", action="store_true", help="list what would go; delete nothing")
+    prune.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
 
 def _add_model_options(parser: argparse.ArgumentParser, whose: str) -> None:

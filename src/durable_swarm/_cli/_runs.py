@@ -1,4 +1,5 @@
-"""`durable-swarm runs ...`: list, show, watch, send, approve, reject, cancel, resume, fork."""
+"""`durable-swarm runs ...`: list, show, watch, send, approve, reject, cancel, resume, fork,
+delete, prune."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..durable import DurableClient, RunInfo, resolve_database_url
+from ..durable._control import FINISHED
 from ..durable._database import display_url
 from ..errors import DurableSwarmError, RunNotFoundError
 from ._render import (
@@ -31,7 +33,6 @@ from ._style import Style, duration, preview
 
 __all__ = ["HANDLERS", "parse_time"]
 
-FINISHED = ("succeeded", "failed", "cancelled")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 
@@ -75,26 +76,49 @@ def _emit(args: argparse.Namespace, data: dict[str, Any], lines: list[str]) -> N
 
 
 def cmd_list(args: argparse.Namespace, style: Style) -> int:
-    """`runs list`: the runs, newest first, filtered by status, agent and creation time."""
+    """`runs list`: one page of runs, newest first, filtered by status, agent, text in their
+    messages and creation time; says how many more there are and how to see them."""
     url = _database(args)
     statuses = [s for value in args.status or [] for s in value.split(",") if s]
+    filters: dict[str, Any] = {
+        "status": statuses or None,
+        "agent": args.agent,
+        "search": args.search,
+        "since": args.since,
+        "until": args.until,
+    }
     with open_swarm(url) as swarm:
-        runs = swarm.list_runs(
-            status=statuses or None,
-            agent=args.agent,
-            since=args.since,
-            until=args.until,
-            limit=args.limit or None,
-        )
+        runs = swarm.list_runs(**filters, limit=args.limit or None, offset=args.offset)
+        total = swarm.count_runs(**filters)
+    more = max(total - args.offset - len(runs), 0)
     if args.json:
-        data = {"runs": [run_json(r, detail=False) for r in runs], "database": display_url(url)}
+        data = {
+            "runs": [run_json(r, detail=False) for r in runs],
+            "total": total,
+            "offset": args.offset,
+            "more": more,
+            "database": display_url(url),
+        }
         _emit(args, data, [])
-    elif not runs:
-        filtered = statuses or args.agent or args.since or args.until
+        return 0
+    if not runs:
+        filtered = statuses or args.agent or args.search or args.since or args.until
         which = "match these filters" if filtered else "yet"
-        print(f"No runs {which} in {display_url(url)}.")
-    else:
-        print("\n".join(run_table(runs, style)))
+        beyond = f" after the first {args.offset} ({total} in all)" if args.offset else ""
+        print(f"No runs {which}{beyond} in {display_url(url)}.")
+        return 0
+    print("\n".join(run_table(runs, style)))
+    first, last = args.offset + 1, args.offset + len(runs)
+    if more:
+        print(
+            style.paint(
+                f"Runs {first}-{last} of {total}; {more} more: add --offset {last} for the next "
+                "page (--limit 0 lists all).",
+                "dim",
+            )
+        )
+    elif args.offset:
+        print(style.paint(f"Runs {first}-{last} of {total}.", "dim"))
     return 0
 
 
@@ -369,6 +393,78 @@ def cmd_fork(args: argparse.Namespace, style: Style) -> int:
     return 0
 
 
+# --- deleting ----------------------------------------------------------------------------------
+
+
+def cmd_delete(args: argparse.Namespace, style: Style) -> int:
+    """`runs delete`: delete a run and its sub-agent runs (a live run only with --force)."""
+    url = _database(args)
+    with open_swarm(url) as swarm:
+        _get_run(swarm, args.run_id, url)
+        deleted = swarm.delete_run(args.run_id, force=args.force)
+    children = len(deleted) - 1
+    more = f" and its {children} sub-agent run{'s' if children != 1 else ''}" if children else ""
+    _emit(
+        args,
+        {"deleted": deleted, "database": display_url(url)},
+        [f"Deleted run {style.paint(args.run_id, 'bold')}{more} from {display_url(url)}."],
+    )
+    return 0
+
+
+def _confirm(question: str) -> bool:
+    """A y/N question on the terminal."""
+    try:
+        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
+
+
+def cmd_prune(args: argparse.Namespace, style: Style) -> int:
+    """`runs prune`: delete the finished runs created before --older-than (never a live one);
+    --dry-run lists them; on a terminal it asks first unless --yes."""
+    url = _database(args)
+    cutoff = args.older_than.astimezone().strftime("%Y-%m-%d %H:%M")
+    with open_swarm(url) as swarm:
+        doomed = swarm.prune_runs(args.older_than, dry_run=True)
+        if not doomed:
+            _emit(
+                args,
+                {"deleted": [], "dry_run": args.dry_run, "database": display_url(url)},
+                [f"No finished runs created before {cutoff} in {display_url(url)}."],
+            )
+            return 0
+        what = (
+            f"{len(doomed)} finished run{'s' if len(doomed) != 1 else ''} created before {cutoff}"
+        )
+        if args.dry_run:
+            ids = [r.run_id for r in doomed]
+            lines = [
+                f"Would delete {what} (live runs are never pruned):",
+                *run_table(doomed, style),
+            ]
+            _emit(args, {"deleted": ids, "dry_run": True, "database": display_url(url)}, lines)
+            return 0
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise CliError(
+                    f"prune would delete {what}; not on a terminal, so nothing was deleted. "
+                    "Add --yes to confirm (or --dry-run to list them first).",
+                    2,
+                )
+            if not _confirm(f"Delete {what} from {display_url(url)}?"):
+                print("Nothing was deleted.")
+                return 1
+        deleted = swarm.prune_runs(args.older_than)
+    ids = [r.run_id for r in deleted]
+    _emit(
+        args,
+        {"deleted": ids, "dry_run": False, "database": display_url(url)},
+        [f"Deleted {len(ids)} finished run{'s' if len(ids) != 1 else ''} created before {cutoff}."],
+    )
+    return 0
+
+
 HANDLERS: dict[str, Callable[[argparse.Namespace, Style], int]] = {
     "list": cmd_list,
     "show": cmd_show,
@@ -379,4 +475,6 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, Style], int]] = {
     "cancel": cmd_cancel,
     "resume": cmd_resume,
     "fork": cmd_fork,
+    "delete": cmd_delete,
+    "prune": cmd_prune,
 }

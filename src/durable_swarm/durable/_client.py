@@ -315,6 +315,16 @@ class DurableClient:
         """Continue a cancelled or failed run (see `DurableSwarm.resume`); a worker runs it."""
         return ClientRunHandle(self, self.runs.resume(run_id))
 
+    def delete_run(self, run_id: str, *, force: bool = False) -> list[str]:
+        """Delete a run and its sub-agent runs; returns the deleted ids. A live run (pending,
+        waiting) is refused with `DurableSwarmError` unless `force` (it is cancelled first)."""
+        return self.runs.delete(run_id, force=force)
+
+    def prune_runs(self, older_than: Any, *, dry_run: bool = False) -> list[RunInfo]:
+        """Delete the finished runs created before `older_than` (datetime or ISO string) and
+        their sub-agent runs, never a live one; returns them (with `dry_run`, deletes nothing)."""
+        return self.runs.prune(older_than, dry_run=dry_run)
+
     def fork(self, run_id: str, step: int, *, new_run_id: str | None = None) -> ClientRunHandle:
         """A new run copying `run_id`'s steps before `step` (see `DurableSwarm.fork`)."""
         return ClientRunHandle(self, self.runs.fork(run_id, step, new_run_id))

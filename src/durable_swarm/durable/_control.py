@@ -12,12 +12,15 @@ from typing import Any
 
 from dbos import SetWorkflowID
 
-from ..errors import DurableSwarmError
+from ..errors import DurableSwarmError, RunNotFoundError
 from ._listing import PendingApproval, RunQuery, check_statuses
 from ._runs import RunInfo, read_run, summarize
 from ._workflow import WAITING_EVENT
 
-__all__ = ["ClientSource", "RunControl"]
+__all__ = ["FINISHED", "LIVE", "ClientSource", "RunControl"]
+
+LIVE = ("pending", "waiting_for_input", "waiting_for_approval")
+FINISHED = ("succeeded", "failed", "cancelled")
 
 
 def _now() -> str:
@@ -216,3 +219,42 @@ class RunControl:
         else:
             handle = self.source.fork_workflow(run_id, step)
         return str(handle.get_workflow_id())
+
+    # --- deleting ----------------------------------------------------------------------------
+
+    def delete(self, run_id: str, *, force: bool = False) -> list[str]:
+        """Delete a run and its sub-agent runs from the database; returns the deleted ids.
+
+        A live run (pending or waiting for a person) is refused unless `force`: then it is
+        cancelled first, so no process records anything more for it."""
+        info = self.get_run(run_id)
+        if info.status in LIVE and not force:
+            raise DurableSwarmError(
+                f"Run {run_id!r} is {info.status}: it is live, so it was not deleted. Cancel it "
+                f"first (`durable-swarm runs cancel {run_id}`), or delete it anyway with "
+                "`--force` (force=True)."
+            )
+        if info.status in LIVE:
+            self.source.cancel_workflow(run_id, cancel_children=True)
+        ids = [run_id, *self._descendants(info)]
+        self.source.delete_workflows(ids, delete_children=True)
+        return ids
+
+    def _descendants(self, info: RunInfo) -> list[str]:
+        found: list[str] = []
+        for child in info.children:
+            found.append(child)
+            try:
+                found += self._descendants(self.get_run(child))
+            except RunNotFoundError:
+                continue
+        return found
+
+    def prune(self, older_than: Any, *, dry_run: bool = False) -> list[RunInfo]:
+        """Delete every finished run (succeeded, failed, cancelled) created before
+        `older_than` (a datetime or ISO string), with its sub-agent runs; live runs are never
+        touched. Returns the runs deleted (with `dry_run`, those that would be)."""
+        runs = self.list_runs(status=list(FINISHED), until=older_than, limit=None)
+        if runs and not dry_run:
+            self.source.delete_workflows([r.run_id for r in runs], delete_children=True)
+        return runs

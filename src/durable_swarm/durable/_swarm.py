@@ -615,6 +615,20 @@ class DurableSwarm:
         return RunHandle(self.runs.resume(run_id))
 
     @off_event_loop
+    def delete_run(self, run_id: str, *, force: bool = False) -> list[str]:
+        """Delete a run and its sub-agent runs from the database; returns the deleted ids.
+        A live run (pending, waiting for a person) is refused with `DurableSwarmError` unless
+        `force`, which cancels it first."""
+        return self.runs.delete(run_id, force=force)
+
+    @off_event_loop
+    def prune_runs(self, older_than: Any, *, dry_run: bool = False) -> list[RunInfo]:
+        """Delete every finished run (succeeded, failed, cancelled) created before
+        `older_than` (a datetime or ISO string), with its sub-agent runs; live runs are never
+        touched. Returns the runs deleted (with `dry_run`, the ones that would be)."""
+        return self.runs.prune(older_than, dry_run=dry_run)
+
+    @off_event_loop
     def fork(self, run_id: str, step: int, *, new_run_id: str | None = None) -> RunHandle:
         """A new run that copies `run_id`'s steps before `step` and runs the rest again."""
         return RunHandle(self.runs.fork(run_id, step, new_run_id))
