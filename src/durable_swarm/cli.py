@@ -12,6 +12,7 @@
     durable-swarm demo [NAME] [--model M] [--base-url URL] [ARGS...] | demo --list
     durable-swarm chat MODULE:AGENT [--model M] [--base-url URL] [--stream] [--context JSON]
                        [--session ID]
+    durable-swarm completion bash|zsh|tcsh
     durable-swarm --version
     durable-swarm worker MODULE[:ATTR] [--queue NAME] [--concurrency N] [--executor-id ID]
 
@@ -272,7 +273,27 @@ def build_parser() -> argparse.ArgumentParser:
         "taken over (default: $DURABLE_SWARM_DEAD_AFTER, else 6 heartbeats)",
     )  # fmt: skip
     worker.set_defaults(handler=_cmd_worker)
+
+    completion = commands.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh or tcsh)",
+        description="Print the tab-completion script for SHELL. Install it with e.g. "
+        "`durable-swarm completion bash > ~/.local/share/bash-completion/completions/"
+        "durable-swarm`, or for zsh `durable-swarm completion zsh > ~/.zfunc/_durable-swarm` "
+        "(with ~/.zfunc on $fpath).",
+    )
+    completion.add_argument("shell", choices=("bash", "zsh", "tcsh"), metavar="SHELL")
+    completion.set_defaults(handler=_cmd_completion)
     return parser
+
+
+def _cmd_completion(args: argparse.Namespace, style: Style) -> int:
+    """`completion`: the shell's completion script for this command, made by shtab from the
+    argument parser (so it always matches the commands and options)."""
+    import shtab
+
+    print(shtab.complete(build_parser(), shell=args.shell), end="")
+    return 0
 
 
 def _cmd_worker(args: argparse.Namespace, style: Style) -> int:
