@@ -42,12 +42,14 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/runcost.py
 	$(BIN)/python benchmarks/concurrency.py
 	$(BIN)/python benchmarks/recovery.py
+	$(BIN)/python benchmarks/storage.py
 
 # Small runs of the benchmarks (CI runs this once, so they cannot rot); the figures are noisy.
 bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py --quick
 	$(BIN)/python benchmarks/runcost.py --quick
 	$(BIN)/python benchmarks/recovery.py --quick
+	$(BIN)/python benchmarks/storage.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -3,7 +3,7 @@ messages.
 
 Scenario: an agent calls a tool T times (one call per turn), then answers; every tool call adds
 a 100-byte entry to the context variables, so the context grows with the run. Per database
-(SQLite, PostgreSQL) and per T (default 100, 200, 400; --quick: 25, 50, 100) it prints the bytes
+(SQLite, PostgreSQL) and per T (default 100, 200, 400; --quick: 20, 40) it prints the bytes
 the run's steps hold in DBOS's `operation_outputs` table, and the same for the baseline: a bare
 DBOS workflow with as many steps, each storing only the message the durable step produced (what
 any durable chat must store). Linear growth keeps durable/bare flat as T doubles; storing the
@@ -91,11 +91,11 @@ async def measure(url: str, turns: int) -> tuple[int, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="T = 25, 50, 100")
+    parser.add_argument("--quick", action="store_true", help="T = 20 and 40")
     parser.add_argument("--turns", type=int, nargs="+", help="tool calls per run")
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
     args = parser.parse_args()
-    turns_list = args.turns or ([25, 50, 100] if args.quick else [100, 200, 400])
+    turns_list = args.turns or ([20, 40] if args.quick else [100, 200, 400])
     rows = []
     with databases(postgres=not args.no_postgres) as dbs:
         for label, url in dbs:

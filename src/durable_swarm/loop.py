@@ -312,6 +312,7 @@ def turn_loop(
         request = build_request(state, model_override, stream)
         debug_print(debug, "Getting chat completion for...:", request["messages"])
         message: dict[str, Any] = yield ModelCall(state.agent, request, debug)
+        del request  # not kept alive while the run waits for a person below
         debug_print(debug, "Received completion:", message)
         state.history.append(message)
         if not execute_tools:

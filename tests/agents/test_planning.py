@@ -382,9 +382,9 @@ def test_plan_then_execute_durably(durable_swarm_factory, run_id, work_dir):
     assert lookups(work_dir) == ["archive", "encyclopedia"]  # each tool step ran once
     # the tool steps' outputs show the plan as it went: item 2 started, failed, then revised
     snapshots = [
-        s.output["context_variables"][PLAN_KEY]
+        s.output["context_changes"]["set"][PLAN_KEY]
         for s in info.steps
-        if s.kind == "tool" and PLAN_KEY in s.output["context_variables"]
+        if s.kind == "tool" and PLAN_KEY in s.output.get("context_changes", {}).get("set", {})
     ]
     sizes = [len(p) for p in snapshots]
     assert sizes[0] == 3 and sizes[-1] == 4 and sizes == sorted(sizes)

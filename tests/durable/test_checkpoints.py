@@ -29,12 +29,14 @@ def test_one_model_step_per_model_call_and_one_tool_step_per_tool_call(
     assert [s.step for s in info.steps] == list(range(1, len(info.steps) + 1))
     assert {s.kind for s in info.steps} - {"model", "tool"} <= {"handoff", "dbos"}
     assert all(s.error is None for s in info.steps)
-    # each model step holds the assistant message, each tool step its message and the context
-    # after it (in-place changes included), so replay needs neither the model nor the tool
+    # each model step holds the assistant message, each tool step its message and the changes
+    # it made to the context (in-place changes included), so replay needs neither the model nor
+    # the tool; a step that changed nothing stores no context, and no empty fields
     assert [s.output["message"] for s in effects] == response.messages
     note_step, charge_step = effects[1], effects[5]
-    assert note_step.output["context_variables"]["notes"] == ["hello"]
-    assert charge_step.output["context_variables"] == FINAL_CONTEXT
+    assert note_step.output["context_changes"] == {"set": {"notes": ["hello"]}}
+    assert charge_step.output["context_changes"] == {"set": {"charged": 5}}
+    assert set(effects[3].output) == {"message", "handoff"}  # transfer_to_sales
 
 
 def test_run_info_after_a_run(durable_swarm_factory, run_id, tool_dir):

@@ -238,18 +238,25 @@ class _Timeline:
             lines.append("        " + self.style.paint(f"↪ hands off to {handoff['name']}", "cyan"))
         if out.get("ask"):
             lines.append(f"        ? asks the user: {preview(out['ask'], 90)}")
-        context = out.get("context_variables")
+        changes = out.get("context_changes")
+        if isinstance(changes, dict):  # the log holds what the tool changed
+            lines += self._context_note(changes.get("set") or {}, changes.get("removed") or [])
+            return lines
+        context = out.get("context_variables")  # logs written before: the whole context
         if isinstance(context, dict) and self.context is None:
             self.context = dict(context)
         elif isinstance(context, dict) and self.context is not None and context != self.context:
             changed = {k: v for k, v in context.items() if self.context.get(k) != v}
             removed = [k for k in self.context if k not in context]
             self.context = dict(context)
-            note = ", ".join(f"{k}={preview(dumps(v), 40)}" for k, v in changed.items())
-            if removed:
-                note = ", ".join(filter(None, [note, "removed " + ", ".join(removed)]))
-            lines.append("        " + self.style.paint(f"context: {note}", "dim"))
+            lines += self._context_note(changed, removed)
         return lines
+
+    def _context_note(self, changed: dict[str, Any], removed: list[str]) -> list[str]:
+        note = ", ".join(f"{k}={preview(dumps(v), 40)}" for k, v in changed.items())
+        if removed:
+            note = ", ".join(filter(None, [note, "removed " + ", ".join(removed)]))
+        return ["        " + self.style.paint(f"context: {note}", "dim")]
 
     def _handoff(self, step: StepRecord, out: dict[str, Any]) -> list[str]:
         source, target = out.get("source") or "?", out.get("target") or out.get("rule") or "?"

@@ -13,7 +13,7 @@ from typing import Any
 from dbos import DBOS
 
 from ..errors import RunNotFoundError
-from ._workflow import WAITING_EVENT, WORKFLOW_NAME
+from ._workflow import WAITING_EVENT, WORKFLOW_NAME, context_after
 
 __all__ = ["RunInfo", "StepRecord", "read_run", "run_status", "summarize"]
 
@@ -196,8 +196,8 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
         if step.kind in ("model", "tool") and "message" in out:
             messages.append(dict(out["message"]))
             asked = messages[-1] if out.get("ask") else None
-        if step.kind == "tool" and "context_variables" in out:
-            context = out["context_variables"]
+        if step.kind == "tool":
+            context = context_after(dict(context), out)
         if step.kind == "handoff":
             info.transitions.append(out)
             agent = out.get("target") or agent

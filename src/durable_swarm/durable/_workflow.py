@@ -1,10 +1,10 @@
 """The durable run: a DBOS workflow that drives the shared turn loop through DBOS steps.
 
 Each model call is one step (`model:<agent>`), each tool call one step (`tool:<name>`). Step
-outputs are JSON: the assistant message (and token usage); the tool message, the whole context
-after the tool (so in-place changes replay without running the tool) and the handoff target by
-agent name and fingerprint. Replaying the recorded outputs through the same loop rebuilds the
-run's state exactly, which is how a killed process resumes.
+outputs are JSON: the assistant message (and token usage); the tool message, the changes the
+tool made to the context (so in-place changes replay without running the tool) and the handoff
+target by agent name and fingerprint. Replaying the recorded outputs through the same loop
+rebuilds the run's state exactly, which is how a killed process resumes.
 """
 
 from __future__ import annotations
@@ -140,6 +140,42 @@ def _transient(error: BaseException) -> bool:
             openai.InternalServerError,
         ),
     )
+
+
+def context_snapshot(context: dict[str, Any]) -> dict[str, str]:
+    """Each context variable as JSON text (non-JSON values by their repr: storing them fails
+    later, in `_check_json`), to find what a tool step changed."""
+    return {key: json.dumps(value, default=repr) for key, value in context.items()}
+
+
+def context_changes(before: dict[str, str], context: dict[str, Any]) -> dict[str, Any] | None:
+    """What a tool step did to the context, as stored in its output: the variables it set (new
+    or changed values) and the names it removed; None if nothing changed. Storing the change,
+    not the whole context, keeps a long run's log linear in its length."""
+    changed = {
+        key: value
+        for key, value in context.items()
+        if before.get(key) != json.dumps(value, default=repr)
+    }
+    removed = [key for key in before if key not in context]
+    if not changed and not removed:
+        return None
+    return {"set": changed, **({"removed": removed} if removed else {})}
+
+
+def context_after(context: dict[str, Any], output: dict[str, Any]) -> dict[str, Any]:
+    """The context after a recorded tool step: `context` (the context before it, updated in
+    place as the tool itself did) with the step's `context_changes` applied. Logs written
+    before changes were stored hold the whole context (`context_variables`) instead."""
+    if "context_variables" in output:
+        whole: dict[str, Any] = output["context_variables"]
+        return whole
+    changes = output.get("context_changes")
+    if changes:
+        for key in changes.get("removed", ()):
+            context.pop(key, None)
+        context.update(changes["set"])
+    return context
 
 
 def _check_json(tool: str, run_id: str, payload: dict[str, Any]) -> None:
@@ -301,15 +337,16 @@ class DurableRuntime:
             return await self._delegate(effect)
         function = effect.function
 
-        def payload_of(outcome: ToolOutcome) -> dict[str, Any]:
+        def payload_of(outcome: ToolOutcome, before: dict[str, str]) -> dict[str, Any]:
             if is_agent(outcome.agent):
                 HOST.remember(self.run_id, outcome.agent)
-            payload = {
-                "message": outcome.message,
-                "context_variables": outcome.context_variables,
-                "handoff": encode_target(outcome.agent),
-                "ask": outcome.ask,
-            }
+            payload: dict[str, Any] = {"message": outcome.message}
+            if changes := context_changes(before, outcome.context_variables):
+                payload["context_changes"] = changes
+            if (handoff := encode_target(outcome.agent)) is not None:
+                payload["handoff"] = handoff
+            if outcome.ask is not None:
+                payload["ask"] = outcome.ask
             _check_json(name, self.run_id, payload)
             return payload
 
@@ -321,23 +358,25 @@ class DurableRuntime:
 
         async def tool_step() -> dict[str, Any]:
             key = f"{self.run_id}:{DBOS.step_id}"
+            before = context_snapshot(effect.context_variables)
             try:
                 outcome = await execute_tool_async(
                     function, effect.call, effect.context_variables, idempotency_key=key
                 )
             except (KeyboardInterrupt, SystemExit) as e:
                 raise stopped(e) from None
-            return payload_of(outcome)
+            return payload_of(outcome, before)
 
         def sync_tool_step() -> dict[str, Any]:
             key = f"{self.run_id}:{DBOS.step_id}"
+            before = context_snapshot(effect.context_variables)
             try:
                 outcome = execute_tool(
                     function, effect.call, effect.context_variables, idempotency_key=key
                 )
             except (KeyboardInterrupt, SystemExit) as e:
                 raise stopped(e) from None
-            return payload_of(outcome)
+            return payload_of(outcome, before)
 
         options: StepOptions = {"name": f"tool:{name}"}
         if inspect.iscoroutinefunction(function):
@@ -345,9 +384,8 @@ class DurableRuntime:
         else:  # a sync tool: checked, run and recorded in one thread, as a sync DBOS step
             output = await sync_step(options, sync_tool_step)
         target = await decode_target(self.run_id, output.get("handoff"))
-        return ToolOutcome(
-            output["message"], output["context_variables"], target, output.get("ask")
-        )
+        context = context_after(effect.context_variables, output)
+        return ToolOutcome(output["message"], context, target, output.get("ask"))
 
     async def _start_children(self, effect: ToolCall) -> None:
         """Start, in call order, every sub-agent of the message not started yet (fan-out)."""
