@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from dbos import DBOS, SetWorkflowID
+
 from durable_swarm import Agent
 from durable_swarm.testing import Reply, ToolCall, calls, text
 
@@ -107,6 +109,58 @@ def tool_script(tool_steps: int) -> Any:
         return text(f"Done after {done} lookups.")
 
     return script
+
+
+def lookup_sync(i: int) -> str:
+    """`lookup` as a sync function (as most tools are)."""
+    return f"result {i}: " + "x" * 40
+
+
+# The `openai` client the bare runs use (set by the process before it starts or recovers them).
+BARE_CLIENT: dict[str, Any] = {}
+
+
+@DBOS.workflow(name="bench.bare_run")
+async def bare_run(messages: list[dict[str, Any]], tool: str) -> dict[str, Any]:
+    """The baseline of a whole run: model, tool, model as bare DBOS steps making the same
+    `openai` calls as the durable run (`tool`: "lookup", an async step, or "lookup_sync", a
+    sync one), with the same tool offered."""
+    client = BARE_CLIENT["client"]
+    history = [{"role": "system", "content": "Answer."}, *messages]
+    schema = {"type": "object", "properties": {"i": {"type": "integer"}}, "required": ["i"]}
+    tools = [{"type": "function", "function": {"name": tool, "parameters": schema}}]
+
+    async def model_step() -> dict[str, Any]:
+        completion = await client.chat.completions.create(
+            model="bench-model", messages=history, tools=tools
+        )
+        message: dict[str, Any] = json.loads(completion.choices[0].message.model_dump_json())
+        return message
+
+    first = await DBOS.run_step_async({"name": "model"}, model_step)
+    history.append(first)
+    call = first["tool_calls"][0]
+    arguments = json.loads(call["function"]["arguments"])
+
+    def tool_message(result: str) -> dict[str, Any]:
+        return {"role": "tool", "tool_call_id": call["id"], "content": result}
+
+    async def async_tool_step() -> dict[str, Any]:
+        return tool_message(await lookup(**arguments))
+
+    def sync_tool_step() -> dict[str, Any]:
+        return tool_message(lookup_sync(**arguments))
+
+    step = sync_tool_step if tool == "lookup_sync" else async_tool_step
+    history.append(await DBOS.run_step_async({"name": "tool"}, step))
+    history.append(await DBOS.run_step_async({"name": "model"}, model_step))
+    return {"messages": history[2:]}
+
+
+async def start_bare_run(messages: list[dict[str, Any]], tool: str, run_id: str) -> Any:
+    """Start a bare run under `run_id`; its handle."""
+    with SetWorkflowID(run_id):
+        return await DBOS.start_workflow_async(bare_run, messages, tool)
 
 
 def check_response(response: Any, tool_steps: int) -> None:

@@ -22,26 +22,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from _common import databases, emit, make_async_client, median, print_table, run_worker
-from dbos import DBOS, SetWorkflowID
+from _common import (
+    BARE_CLIENT,
+    databases,
+    emit,
+    lookup_sync,
+    make_async_client,
+    median,
+    print_table,
+    run_worker,
+    start_bare_run,
+)
 
 from durable_swarm import Agent
 from durable_swarm.testing import FakeOpenAIServer, Reply, ToolCall, calls, text
 
 MESSAGES = [{"role": "user", "content": "Look one thing up, please."}]
 ANSWER = "Done after 1 lookup."
-CLIENT: dict[str, Any] = {}
-
-
-def lookup_sync(i: int) -> str:
-    """Look one thing up (sync, as most tools are)."""
-    return f"result {i}: " + "x" * 40
 
 
 def script(messages: list[dict[str, Any]], tools: Any) -> Reply:
@@ -52,51 +54,10 @@ def script(messages: list[dict[str, Any]], tools: Any) -> Reply:
 
 
 AGENT = Agent(name="runcost", model="bench-model", instructions="Answer.", functions=[lookup_sync])
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "lookup_sync",
-            "description": "Look one thing up.",
-            "parameters": {
-                "type": "object",
-                "properties": {"i": {"type": "integer"}},
-                "required": ["i"],
-            },
-        },
-    }
-]
-
-
-@DBOS.workflow(name="bench.runcost.bare")
-async def bare_run(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """Model, sync tool, model: the same calls a durable run makes, as bare DBOS steps."""
-    client = CLIENT["client"]
-    history = [{"role": "system", "content": "Answer."}, *messages]
-
-    async def model_step() -> dict[str, Any]:
-        completion = await client.chat.completions.create(
-            model="bench-model", messages=history, tools=TOOLS
-        )
-        message: dict[str, Any] = json.loads(completion.choices[0].message.model_dump_json())
-        return message
-
-    first = await DBOS.run_step_async({"name": "model"}, model_step)
-    history.append(first)
-    call = first["tool_calls"][0]
-
-    def tool_step() -> dict[str, Any]:
-        result = lookup_sync(**json.loads(call["function"]["arguments"]))
-        return {"role": "tool", "tool_call_id": call["id"], "content": result}
-
-    history.append(await DBOS.run_step_async({"name": "tool"}, tool_step))
-    history.append(await DBOS.run_step_async({"name": "model"}, model_step))
-    return {"messages": history[2:]}
 
 
 async def start_bare() -> dict[str, Any]:
-    with SetWorkflowID(str(uuid.uuid4())):
-        handle = await DBOS.start_workflow_async(bare_run, MESSAGES)
+    handle = await start_bare_run(MESSAGES, "lookup_sync", str(uuid.uuid4()))
     result: dict[str, Any] = await handle.get_result()
     return result
 
@@ -108,7 +69,7 @@ async def worker_main(args: argparse.Namespace) -> dict[str, Any]:
     from durable_swarm import DurableSwarm
 
     client = make_async_client(args.base_url)
-    CLIENT["client"] = client
+    BARE_CLIENT["client"] = client
     swarm = DurableSwarm(client=client, database_url=args.db).launch()
 
     async def durable_batch() -> None:

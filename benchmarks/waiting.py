@@ -19,7 +19,10 @@ For each database (a SQLite file, and a fresh PostgreSQL database if the server 
    message), then from its return until the run stops waiting for input ("resumed": the worker's
    recv returned and cleared the wait) and until the run succeeded (its next model call and end).
 
-Nothing is asserted; the figures are printed as a table. The databases are removed at the end.
+The baseline: the same three steps for N bare DBOS workflows that each set the same event and
+wait in `DBOS.recv_async` (no agent, no model), answered with `DBOS.send`; the table prints each
+durable figure and its ratio to the bare one, measured in the same run. Nothing is asserted; the
+databases are removed at the end.
 
     .venv/bin/python benchmarks/waiting.py             # 10,000 runs: minutes, run it rarely
     .venv/bin/python benchmarks/waiting.py --quick     # 500 runs
@@ -40,6 +43,7 @@ import uuid
 from typing import Any
 
 from _common import current_rss_mb, databases, emit, print_table, run_worker
+from dbos import DBOS, SetWorkflowID
 
 from durable_swarm import Agent, DurableSwarm, ask_user
 from durable_swarm.testing import Reply, ScriptedClient, ToolCall, calls, text
@@ -60,6 +64,16 @@ def script(messages: list[dict[str, Any]], tools: Any) -> Reply:
     if messages[-1].get("role") == "tool":
         return text(f"Hello {messages[-1]['content']}.")
     return calls(ToolCall("ask_user", {"question": QUESTION}))
+
+
+@DBOS.workflow(name="bench.waiting.bare")
+async def bare_wait() -> str:
+    """The baseline: what a durable wait does, on bare DBOS (publish the wait, recv, clear)."""
+    await DBOS.set_event_async("waiting_for", {"kind": "input", "prompt": QUESTION})
+    while not isinstance(message := await DBOS.recv_async("input", 7 * 24 * 3600.0), dict):
+        pass
+    await DBOS.set_event_async("waiting_for", None)
+    return str(message.get("text", ""))
 
 
 def run_ids(prefix: str, n: int) -> list[str]:
@@ -96,7 +110,11 @@ async def create_main(args: argparse.Namespace) -> None:
     messages = [{"role": "user", "content": "Hi."}]
     start = time.perf_counter()
     for run_id in run_ids(args.prefix, args.runs):
-        await swarm.astart(agent, messages, run_id=run_id)
+        if args.kind == "bare":
+            with SetWorkflowID(run_id):
+                await DBOS.start_workflow_async(bare_wait)
+        else:
+            await swarm.astart(agent, messages, run_id=run_id)
     started = time.perf_counter() - start
     deadline = time.monotonic() + max(600.0, args.runs * 0.2)
     while (waiting := await asyncio.to_thread(count_waiting)) < args.runs:
@@ -194,7 +212,16 @@ def worker_main(args: argparse.Namespace) -> None:
     sample = random.Random(0).sample(run_ids(args.prefix, args.runs), min(args.sample, args.runs))
     sender = run_worker(
         "waiting.py",
-        ["--role", "sender", "--db", args.db, "--runs-json", json.dumps(sample)],
+        [
+            "--role",
+            "sender",
+            "--db",
+            args.db,
+            "--kind",
+            args.kind,
+            "--runs-json",
+            json.dumps(sample),
+        ],
         timeout=args.sample * 300,
     )
     emit({**idle, **sender})
@@ -204,15 +231,16 @@ def worker_main(args: argparse.Namespace) -> None:
 
 
 def sender_main(args: argparse.Namespace) -> None:
-    from dbos import DBOS
-
     swarm = DurableSwarm(
         database_url=args.db, executor_id=f"bench-sender-{uuid.uuid4().hex[:6]}"
     ).launch()
     send, resumed, finished = [], [], []
     for run_id in json.loads(args.runs_json):
         t0 = time.perf_counter()
-        swarm.send_input(run_id, "Ada")
+        if args.kind == "bare":
+            DBOS.send(run_id, {"text": "Ada"}, topic="input")
+        else:
+            swarm.send_input(run_id, "Ada")
         t1 = time.perf_counter()
         while DBOS.get_all_events(run_id).get("waiting_for"):
             time.sleep(0.001)
@@ -225,8 +253,10 @@ def sender_main(args: argparse.Namespace) -> None:
         send.append(t1 - t0)
         resumed.append(t2 - t1)
         finished.append(t3 - t1)
-    last = swarm.get_run(run_id)
-    if last.messages[-1]["content"] != "Hello Ada.":
+    if args.kind == "bare":
+        if (output := DBOS.get_workflow_status(run_id).output) != "Ada":  # type: ignore[union-attr]
+            raise SystemExit(f"unexpected end of bare run {run_id}: {output!r}")
+    elif (last := swarm.get_run(run_id)).messages[-1]["content"] != "Hello Ada.":
         raise SystemExit(f"unexpected end of run {run_id}: {last.messages[-1]}")
     emit({"send": send, "resumed": resumed, "finished": finished})
     os._exit(0)  # no DBOS shutdown wait
@@ -242,11 +272,12 @@ def ms(values: list[float], q: float) -> str:
     return f"{1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]:.0f}"
 
 
-def measure(label: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
-    prefix = f"wait-{uuid.uuid4().hex[:6]}"
+def measure(label: str, url: str, kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    prefix = f"wait-{kind}-{uuid.uuid4().hex[:6]}"
     executor = f"bench-waiting-{uuid.uuid4().hex[:6]}"
     common = ["--db", url, "--runs", str(args.runs), "--prefix", prefix, "--executor", executor]
-    print(f"[{label}] creating {args.runs} waiting runs ...", flush=True)
+    common += ["--kind", kind]
+    print(f"[{label}] creating {args.runs} waiting {kind} runs ...", flush=True)
     created = run_worker("waiting.py", ["--role", "create", *common], timeout=7200)
     print(
         f"[{label}] all waiting after {created['all_waiting_seconds']:.0f} s; "
@@ -257,6 +288,15 @@ def measure(label: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
     worker_args += ["--sample", str(args.sample), "--poll-interval", str(args.poll_interval)]
     result = run_worker("waiting.py", worker_args, timeout=7200)
     return {**created, **result}
+
+
+def ratio(durable: float | None, bare: float | None, fmt: str = ".2f") -> str:
+    """`durable (x ratio to bare)`, as printed in the table."""
+    if durable is None:
+        return "-"
+    if not bare:
+        return f"{durable:{fmt}}"
+    return f"{durable:{fmt}} ({durable / bare:.2f}x)"
 
 
 def main() -> None:
@@ -277,6 +317,7 @@ def main() -> None:
     parser.add_argument("--prefix", help=argparse.SUPPRESS)
     parser.add_argument("--executor", help=argparse.SUPPRESS)
     parser.add_argument("--runs-json", help=argparse.SUPPRESS)
+    parser.add_argument("--kind", default="durable", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.runs is None:
         args.runs = 500 if args.quick else 10_000
@@ -294,45 +335,54 @@ def main() -> None:
     wanted = set(args.backends.split(","))
     rows = []
     wall = time.perf_counter()
-    with databases(postgres="postgres" in wanted) as dbs:
-        for label, url in dbs:
-            if label not in wanted:
-                continue
-            r = measure(label, url, args)
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    for kind in ("bare", "durable"):  # each kind on fresh databases of its own
+        with databases(postgres="postgres" in wanted) as dbs:
+            for label, url in dbs:
+                if label in wanted:
+                    results[label, kind] = measure(label, url, kind, args)
+    for label in ("sqlite", "postgres"):
+        if (label, "durable") in results:
+            r, bare = results[label, "durable"], results[label, "bare"]
             rows.append(
                 [
                     label,
                     args.runs,
-                    f"{r['all_waiting_seconds']:.0f}",
-                    f"{r['recover_seconds']:.1f}",
-                    f"{r['cpu_seconds']:.2f}/{r['window']:.0f}",
-                    f"{100 * r['cpu_seconds'] / r['window']:.0f}%",
-                    f"{r['rss_mb']:.0f}",
-                    r["threads"],
-                    f"{r['statements_per_s']:.0f}",
-                    "-" if r["xact_per_s"] is None else f"{r['xact_per_s']:.0f}",
-                    f"{ms(r['send'], 0.5)}",
-                    f"{ms(r['resumed'], 0.5)}/{ms(r['resumed'], 0.9)}/{ms(r['resumed'], 1.0)}",
+                    f"{r['all_waiting_seconds']:.0f} / {bare['all_waiting_seconds']:.0f}",
+                    ratio(r["recover_seconds"], bare["recover_seconds"], ".1f"),
+                    ratio(
+                        100 * r["cpu_seconds"] / r["window"],
+                        100 * bare["cpu_seconds"] / bare["window"],
+                        ".1f",
+                    ),
+                    ratio(r["rss_mb"], bare["rss_mb"], ".0f"),
+                    f"{r['threads']} / {bare['threads']}",
+                    ratio(r["statements_per_s"], bare["statements_per_s"], ".0f"),
+                    ratio(r["xact_per_s"], bare["xact_per_s"], ".0f"),
+                    f"{ms(r['send'], 0.5)} / {ms(bare['send'], 0.5)}",
+                    f"{ms(r['resumed'], 0.5)}/{ms(r['resumed'], 0.9)}/{ms(r['resumed'], 1.0)}"
+                    f" / {ms(bare['resumed'], 0.5)}",
                     f"{ms(r['finished'], 0.5)}",
                 ]
             )
-            print(f"[{label}] done: {json.dumps({k: v for k, v in r.items()})}", flush=True)
+            print(f"[{label}] done: {json.dumps({'durable': r, 'bare': bare})}", flush=True)
     print_table(
         f"{args.runs} runs waiting for input; one idle worker (poll_interval "
-        f"{args.poll_interval} s), idle window {args.idle:.0f} s, {args.sample} answers",
+        f"{args.poll_interval} s), idle window {args.idle:.0f} s, {args.sample} answers. "
+        "Baseline: as many bare DBOS workflows waiting in DBOS.recv (ratios: durable / bare; "
+        "'a / b': durable, then bare)",
         [
             "db",
             "runs",
             "create s",
             "recover s",
-            "idle CPU s",
-            "CPU",
+            "idle CPU % of a core",
             "RSS MB",
             "threads",
             "SQL stmts/s",
             "pg xact/s",
-            "send_input ms",
-            "resumed ms p50/p90/max",
+            "send ms p50",
+            "resumed ms p50/p90/max / bare p50",
             "finished ms p50",
         ],
         rows,
