@@ -15,6 +15,7 @@
     durable-swarm completion bash|zsh|tcsh
     durable-swarm --version
     durable-swarm worker MODULE[:ATTR] [--queue NAME] [--concurrency N] [--executor-id ID]
+    durable-swarm serve [--host 127.0.0.1] [--port 8000] [--token T]
 
 A thin layer over the library (`runs` commands use the thin `DurableClient`, so they never run
 or recover a run themselves): the database is found as the library finds it
@@ -274,6 +275,24 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     worker.set_defaults(handler=_cmd_worker)
 
+    serve = commands.add_parser(
+        "serve",
+        parents=[common],
+        help="the web console and HTTP API (needs the 'web' extra)",
+        description="Serve the web console and HTTP API on the run database: see runs live, "
+        "answer questions, approve tool calls. It never runs a run itself; workers do. "
+        "Binding to an address other than loopback needs a token.",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000, help="default: 8000")
+    serve.add_argument(
+        "--token",
+        default=os.environ.get("DURABLE_SWARM_TOKEN") or None,
+        help="require 'Authorization: Bearer T' (or a login) on every request "
+        "(default: DURABLE_SWARM_TOKEN)",
+    )
+    serve.set_defaults(handler=_cmd_serve)
+
     completion = commands.add_parser(
         "completion",
         help="print a shell completion script (bash, zsh or tcsh)",
@@ -285,6 +304,21 @@ def build_parser() -> argparse.ArgumentParser:
     completion.add_argument("shell", choices=("bash", "zsh", "tcsh"), metavar="SHELL")
     completion.set_defaults(handler=_cmd_completion)
     return parser
+
+
+def _cmd_serve(args: argparse.Namespace, style: Style) -> int:
+    """`serve`: the web console until Ctrl-C."""
+    try:
+        from .web import check_bind, serve
+    except ImportError as e:
+        raise CliError(str(e)) from e
+    try:
+        check_bind(args.host, args.token)
+    except DurableSwarmError as e:
+        raise CliError(str(e), status=2) from e
+    url = getattr(args, "database_url", None)
+    serve(url, host=args.host, port=args.port, token=args.token)
+    return 0
 
 
 def _cmd_completion(args: argparse.Namespace, style: Style) -> int:

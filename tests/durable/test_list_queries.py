@@ -42,7 +42,7 @@ def runs(durable_swarm_factory: Any, database_url: str, run_id: str) -> Any:
     """Five runs of one agent: three finished, one waiting for input, one for approval."""
     swarm = durable_swarm_factory(ScriptedClient(_script))
     agent = Agent(name=f"Lister-{run_id[-8:]}", functions=[ask_user, transfer])
-    texts = ["the blue whale", "a red fox", "50% off_sale", "a question", "please pay"]
+    texts = ["the blue whale", "a red fox", "50% off_sale", "a question", "please pay Ada Ōkubo"]
     ids = [f"{run_id}-{n}" for n in range(len(texts))]
     for n, text in enumerate(texts[:3]):
         swarm.run(agent, [{"role": "user", "content": text}], run_id=ids[n])
@@ -90,8 +90,11 @@ def test_search_finds_text_in_messages_case_insensitively(runs: Any) -> None:
     # LIKE's wildcards are plain text
     assert _ids(client.list_runs(agent=agent, search="50% off_")) == [ids[2]]
     assert client.list_runs(agent=agent, search="0%_o") == []
-    # non-ASCII text inside a tool call's arguments of a running run
-    assert _ids(client.list_runs(agent=agent, search="Ōkubo")) == [ids[4]]
+    # non-ASCII text, in a running run
+    assert _ids(client.list_runs(agent=agent, search="Ada Ōkubo")) == [ids[4]]
+    # text only in a tool call's arguments or in JSON keys is not in a message
+    assert client.list_runs(agent=agent, search='"amount"') == []
+    assert client.list_runs(agent=agent, search="role") == []
     assert client.count_runs(agent=agent, search="whale") == 1
     assert client.list_runs(agent=agent, search="no such words anywhere") == []
 

@@ -153,6 +153,12 @@ class RunControl:
                 f"Run {run_id!r} is not waiting for {kind} (its status is {info.status!r}); "
                 "nothing was sent. Check get_run(run_id).status and .waiting_for."
             )
+        key = _answer_key(run_id, info.waiting_for)
+        if key is not None and self.query.answered(run_id, key):
+            raise DurableSwarmError(
+                f"Run {run_id!r} was already given an answer to this {kind} request; nothing "
+                "was sent. The run goes on with the first answer as soon as it reads it."
+            )
         return info.waiting_for
 
     def send_input(self, run_id: str, text: str, *, by: str | None = None) -> None:

@@ -88,9 +88,20 @@ def check_statuses(status: str | list[str] | None) -> list[str]:
     return wanted
 
 
-def _like_pattern(text: str) -> str:
-    """A LIKE pattern finding `text` inside stored JSON (where it appears JSON-escaped)."""
-    escaped = json.dumps(text)[1:-1]
+def _status_name(dbos_status: str, waits_for: str | None) -> str:
+    """This library's status of a run from its DBOS status and the kind of its wait."""
+    for name, dbos in _DBOS_STATUSES.items():
+        if dbos_status in dbos and not name.startswith("waiting"):
+            if name == "pending" and dbos_status == "PENDING" and waits_for:
+                return "waiting_for_approval" if waits_for == "approval" else "waiting_for_input"
+            return name
+    return "pending"
+
+
+def _like_pattern(text: str, *, in_json: bool = True) -> str:
+    """A LIKE pattern finding `text` in a string, or inside stored JSON (`in_json`: where it
+    appears JSON-escaped)."""
+    escaped = json.dumps(text)[1:-1] if in_json else text
     for char in ("\\", "%", "_"):
         escaped = escaped.replace(char, "\\" + char)
     return f"%{escaped}%"
@@ -166,32 +177,63 @@ class RunQuery:
             )
             where.append(current == agent)
         if search:
-            op = t.operation_outputs
-            pattern = _like_pattern(search)
-            in_steps = (
-                sa.select(sa.literal(1))
-                .where(
-                    op.c.workflow_uuid == ws.c.workflow_uuid,
-                    sa.or_(
-                        *(op.c.function_name.like(p) for p in _MESSAGE_STEPS),
-                        op.c.function_name == _ANSWER_STEP,
-                    ),
-                    op.c.output.ilike(pattern, escape="\\"),
-                )
-                .exists()
-            )
-            where.append(
-                sa.or_(
-                    inputs.ilike(pattern, escape="\\"),
-                    output.ilike(pattern, escape="\\"),
-                    in_steps,
-                )
-            )
+            where.append(self._search(ws, inputs, output, search))
         if since is not None:
             where.append(ws.c.created_at >= _epoch_ms(since, "since"))
         if until is not None:
             where.append(ws.c.created_at <= _epoch_ms(until, "until"))
         return sa.select(*columns).select_from(joined).where(*where)
+
+    def _any_content(self, document: Any, path: tuple[str | int, ...], pattern: str) -> Any:
+        """Whether a message in the JSON array at `path` of `document` has `pattern` in its
+        content."""
+        if self._postgres:
+            array = sa.func.jsonb_extract_path(sa.cast(document, JSONB), *map(str, path))
+            items = sa.func.jsonb_array_elements(array).table_valued("value")
+            content: Any = items.c.value.op("->>")("content")
+        else:
+            json_path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+            items = sa.func.json_each(document, json_path).table_valued("value")
+            content = sa.func.json_extract(items.c.value, "$.content")
+        return (
+            sa.select(sa.literal(1))
+            .select_from(items)
+            .where(content.ilike(pattern, escape="\\"))
+            .exists()
+        )
+
+    def _search(self, ws: Any, inputs: Any, output: Any, text: str) -> Any:
+        """Runs with `text` in a message's content: in their input, their result, a model or
+        tool step, or a person's answer. A plain LIKE on the stored JSON picks the candidates
+        cheaply; the JSON check keeps only those where the text is in a message."""
+        op = self._tables.operation_outputs
+        raw, plain = _like_pattern(text), _like_pattern(text, in_json=False)
+        step_text = sa.func.coalesce(
+            self._json_text(op.c.output, "value", "message", "content"),
+            self._json_text(op.c.output, "value", "text"),
+        )
+        in_steps = (
+            sa.select(sa.literal(1))
+            .where(
+                op.c.workflow_uuid == ws.c.workflow_uuid,
+                sa.or_(
+                    *(op.c.function_name.like(p) for p in _MESSAGE_STEPS),
+                    op.c.function_name == _ANSWER_STEP,
+                ),
+                op.c.output.ilike(raw, escape="\\"),
+                step_text.ilike(plain, escape="\\"),
+            )
+            .exists()
+        )
+        in_input = sa.and_(
+            inputs.ilike(raw, escape="\\"),
+            self._any_content(inputs, ("value", "args", 0, "messages"), plain),
+        )
+        in_output = sa.and_(
+            output.ilike(raw, escape="\\"),
+            self._any_content(output, ("value", "messages"), plain),
+        )
+        return sa.case((ws.c.name == WORKFLOW_NAME, sa.or_(in_input, in_output, in_steps)))
 
     def run_ids(
         self,
@@ -250,6 +292,20 @@ class RunQuery:
         found = {run_id: self._serializer.deserialize(value) for run_id, value in rows}
         return {run_id: value for run_id, value in found.items() if value}
 
+    def answered(self, run_id: str, message_id: str) -> bool:
+        """Whether `run_id` was already sent the message with idempotency key `message_id`
+        (read or not yet). DBOS stores it as the key, or the key and `::` and the run id."""
+        n = self._tables.notifications
+        query = sa.select(n.c.message_uuid).where(
+            n.c.destination_uuid == run_id,
+            sa.or_(
+                n.c.message_uuid == message_id,
+                n.c.message_uuid.startswith(f"{message_id}::", autoescape=True),
+            ),
+        )
+        with self._engine.connect() as conn:
+            return conn.execute(query).first() is not None
+
     def model_usage(self, run_ids: list[str]) -> dict[str, dict[str, int]]:
         """Each run's model calls and tokens so far: `{"model_calls": n, "tokens": n}`."""
         usage = {run_id: {"model_calls": 0, "tokens": 0} for run_id in run_ids}
@@ -268,6 +324,78 @@ class RunQuery:
             if isinstance(tokens, dict) and isinstance(tokens.get("total_tokens"), int):
                 usage[run_id]["tokens"] += tokens["total_tokens"]
         return usage
+
+    def status_counts(self) -> dict[str, int]:
+        """How many runs have each status (every status named, zeros included)."""
+        t = self._tables
+        ws, ev = t.workflow_status, t.workflow_events
+        kind = self._json_text(ev.c.value, "value", "kind")
+        query = (
+            sa.select(ws.c.status, kind, sa.func.count())
+            .select_from(
+                ws.outerjoin(
+                    ev,
+                    sa.and_(ev.c.workflow_uuid == ws.c.workflow_uuid, ev.c.key == WAITING_EVENT),
+                )
+            )
+            .where(ws.c.name == WORKFLOW_NAME)
+            .group_by(ws.c.status, kind)
+        )
+        counts = dict.fromkeys(_DBOS_STATUSES, 0)
+        with self._engine.connect() as conn:
+            for dbos_status, waits_for, n in conn.execute(query):
+                counts[_status_name(dbos_status, waits_for)] += int(n)
+        return counts
+
+    def step_totals(self) -> list[tuple[str, int, int, float]]:
+        """Per step name (`model:Agent`, `tool:name`, ...) of every run: how many steps, how
+        many failed, and their total duration in seconds."""
+        t = self._tables
+        ws, op = t.workflow_status, t.operation_outputs
+        duration = op.c.completed_at_epoch_ms - op.c.started_at_epoch_ms
+        query = (
+            sa.select(
+                op.c.function_name,
+                sa.func.count(),
+                sa.func.count(op.c.error),
+                sa.func.coalesce(sa.func.sum(duration), 0),
+            )
+            .select_from(op.join(ws, ws.c.workflow_uuid == op.c.workflow_uuid))
+            .where(ws.c.name == WORKFLOW_NAME)
+            .group_by(op.c.function_name)
+        )
+        with self._engine.connect() as conn:
+            return [
+                (name, int(n), int(errors), float(ms) / 1000)
+                for name, n, errors, ms in conn.execute(query)
+            ]
+
+    def token_totals(self) -> dict[str, int]:
+        """Tokens of every recorded model call: prompt, completion and total."""
+        t = self._tables
+        ws, op = t.workflow_status, t.operation_outputs
+        kinds = ("prompt_tokens", "completion_tokens", "total_tokens")
+        sums = [
+            sa.func.coalesce(
+                sa.func.sum(
+                    sa.cast(self._json_text(op.c.output, "value", "usage", k), sa.BigInteger)
+                ),
+                0,
+            )
+            for k in kinds
+        ]
+        query = (
+            sa.select(*sums)
+            .select_from(op.join(ws, ws.c.workflow_uuid == op.c.workflow_uuid))
+            .where(
+                ws.c.name == WORKFLOW_NAME,
+                op.c.function_name.like(_MESSAGE_STEPS[0]),
+                op.c.output.is_not(None),
+            )
+        )
+        with self._engine.connect() as conn:
+            row = conn.execute(query).one()
+        return {k: int(v) for k, v in zip(kinds, row, strict=True)}
 
     def approvals(self, *, limit: int | None = None) -> list[PendingApproval]:
         """The tool calls runs wait for a person to approve, longest waiting first."""

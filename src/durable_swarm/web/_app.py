@@ -1,0 +1,363 @@
+"""The web console and HTTP API: a FastAPI app over a thin `DurableClient`.
+
+The app only reads the run database and writes messages and commands to it (answers,
+decisions, cancel, resume, fork), exactly as the CLI does; the workers that hold the agents run
+the runs. Pages are server-rendered Jinja2 shells filled in by one small script from the JSON
+API; the run page follows its run over Server-Sent Events. Every asset ships in the package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import parse_qs, urlsplit
+
+from fastapi import FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.sse import format_sse_event
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import StreamingResponse
+
+from ..durable import DurableClient
+from ..durable._listing import STATUS_NAMES
+from ..errors import DurableSwarmError, RunNotFoundError
+from ._metrics import metrics_text
+from ._views import approval_json, run_detail, run_summary, step_json, tool_arguments
+
+__all__ = ["create_app"]
+
+_HERE = Path(__file__).parent
+_FINISHED = ("succeeded", "failed", "cancelled")
+_SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+COOKIE = "durable_swarm_session"
+_PUBLIC = ("/static/", "/login")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class InputBody(_Strict):
+    """The person's answer to the question a run waits on."""
+
+    text: str
+
+
+class ApproveBody(_Strict):
+    """Approve the tool call a run waits on (its id, from `waiting_for.tool_call.id`)."""
+
+    tool_call_id: str = Field(min_length=1)
+
+
+class RejectBody(_Strict):
+    """Reject the tool call a run waits on; the model reads `message` as the tool's result."""
+
+    tool_call_id: str = Field(min_length=1)
+    message: str | None = None
+
+
+class ForkBody(_Strict):
+    """Fork a run: a new run copying the steps before `step`."""
+
+    step: int
+
+
+class _BadRequest(Exception):
+    """A request whose content cannot be acted on (answered 422)."""
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _session_value(token: str) -> str:
+    """The login cookie's value: derived from the token, never the token itself."""
+    return hmac.new(token.encode(), b"durable-swarm console session", hashlib.sha256).hexdigest()
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "Bad request: " + "; ".join(parts) + ". Nothing was changed."
+
+
+def _safe_next(target: str | None) -> str:
+    """Only a path of this site (never `//host`) after logging in."""
+    if target and target.startswith("/") and not target.startswith("//"):
+        return target
+    return "/"
+
+
+def create_app(
+    client: DurableClient, *, token: str | None = None, poll_interval: float = 0.25
+) -> FastAPI:
+    """The console and HTTP API over `client` (see `durable-swarm serve`).
+
+    With `token`, every request but the login page and static assets needs
+    `Authorization: Bearer <token>` or the HttpOnly, SameSite=Strict cookie the login page sets.
+    Requests that change something are refused (403) when their `Origin` (or `Referer`) is
+    another site. `poll_interval` is how often (seconds) the event stream looks for new steps.
+    """
+    app = FastAPI(
+        title="durable-swarm",
+        summary="Look at and steer durable-swarm runs.",
+        openapi_url="/api/openapi.json",
+        docs_url=None,
+        redoc_url=None,
+    )
+    templates = Jinja2Templates(directory=str(_HERE / "templates"))
+    app.mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static")
+    session = _session_value(token) if token else None
+
+    # --- security --------------------------------------------------------------------------
+
+    def authorized(request: Request) -> bool:
+        if token is None:
+            return True
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token):
+            return True
+        cookie = request.cookies.get(COOKIE, "")
+        return session is not None and hmac.compare_digest(cookie, session)
+
+    def same_origin(request: Request) -> bool:
+        origin = request.headers.get("origin") or request.headers.get("referer")
+        if not origin:
+            return True  # not a browser: CSRF needs one, and browsers send Origin on POST
+        parts = urlsplit(origin)
+        return f"{parts.scheme}://{parts.netloc}" == f"{request.url.scheme}://{request.url.netloc}"
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Callable[[Request], Any]) -> Response:
+        path = request.url.path
+        if request.method not in _SAFE_METHODS and not same_origin(request):
+            return _error(
+                403,
+                "Cross-origin request refused: a request that changes something must come "
+                "from this console's own pages (or a client that sends no Origin header).",
+            )
+        if not path.startswith(_PUBLIC) and not authorized(request):
+            if path.startswith("/api/") or path == "/metrics":
+                return _error(
+                    401,
+                    "Missing or wrong token: send 'Authorization: Bearer <token>' (the token "
+                    "given to durable-swarm serve, or DURABLE_SWARM_TOKEN).",
+                )
+            return RedirectResponse(f"/login?next={path}", status_code=303)
+        response: Response = await call_next(request)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(422, _validation_message(exc))
+
+    @app.exception_handler(_BadRequest)
+    async def unprocessable(request: Request, exc: _BadRequest) -> JSONResponse:
+        return _error(422, str(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(RunNotFoundError)
+    async def not_found(request: Request, exc: RunNotFoundError) -> JSONResponse:
+        return _error(404, str(exc))
+
+    @app.exception_handler(DurableSwarmError)
+    async def conflict(request: Request, exc: DurableSwarmError) -> JSONResponse:
+        return _error(409, str(exc))
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def detail(run_id: str) -> dict[str, Any]:
+        info = client.get_run(run_id)
+        usage = client.runs.query.model_usage([run_id])[run_id]
+        status = client.runs.source.get_workflow_status(run_id)
+        return run_detail(info, usage, getattr(status, "recovery_attempts", None))
+
+    @app.get("/api/runs", tags=["runs"])
+    def list_runs(
+        status: Annotated[list[str] | None, Query(description="one or more statuses")] = None,
+        agent: str | None = None,
+        q: Annotated[str | None, Query(description="text in the run's messages")] = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+        offset: Annotated[int, Query(ge=0)] = 0,
+    ) -> dict[str, Any]:
+        """Runs, newest first, one page: `{"runs": [...], "total": N, "limit", "offset"}`."""
+        statuses = [s for value in status or [] for s in value.split(",") if s]
+        unknown = [s for s in statuses if s not in STATUS_NAMES]
+        if unknown:
+            raise _BadRequest(
+                f"Unknown status {unknown[0]!r}; use one of {', '.join(STATUS_NAMES)}."
+            )
+        filters: dict[str, Any] = {"status": statuses or None, "agent": agent or None}
+        filters["search"] = q or None
+        runs = client.list_runs(**filters, limit=limit, offset=offset)
+        usage = client.runs.query.model_usage([r.run_id for r in runs])
+        return {
+            "runs": [run_summary(r, usage[r.run_id]) for r in runs],
+            "total": client.count_runs(**filters),
+            "limit": limit,
+            "offset": offset,
+        }
+
+    @app.get("/api/runs/{run_id}", tags=["runs"])
+    def get_run(run_id: str) -> dict[str, Any]:
+        """The run with its messages, steps, transitions, decisions and what it waits for."""
+        return detail(run_id)
+
+    @app.get("/api/runs/{run_id}/events", tags=["runs"])
+    async def run_events(
+        run_id: str,
+        request: Request,
+        last_event_id: Annotated[str | None, Header()] = None,
+    ) -> StreamingResponse:
+        """Server-Sent Events: `step` events (id = step number) as steps are recorded, a
+        `status` event at the start and at each change, then `end` when the run finishes.
+        Reconnecting with `Last-Event-ID` resumes after that step."""
+        await asyncio.to_thread(client.get_run, run_id)  # 404 before the stream starts
+        resume_at = (last_event_id or "").strip()
+        after = int(resume_at) if resume_at.isdigit() else 0
+        return StreamingResponse(
+            _stream(client, run_id, request, after, poll_interval),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    @app.get("/api/approvals", tags=["approvals"])
+    def approvals() -> dict[str, Any]:
+        """Tool calls waiting for a person's approval: `{"approvals": [...]}`, oldest first."""
+        return {"approvals": [approval_json(a) for a in client.list_approvals()]}
+
+    @app.get("/metrics", tags=["metrics"], response_class=Response)
+    def metrics() -> Response:
+        """Prometheus text format: runs by status, steps, model calls, tokens, latency."""
+        return Response(metrics_text(client.runs.query), media_type="text/plain; version=0.0.4")
+
+    # --- acting ------------------------------------------------------------------------------
+
+    @app.post("/api/runs/{run_id}/input", tags=["actions"])
+    def send_input(run_id: str, body: InputBody) -> dict[str, Any]:
+        """Answer the question the run waits on (409 when it does not wait for one)."""
+        client.send_input(run_id, body.text, by="console")
+        return {"run_id": run_id, "sent": "input"}
+
+    @app.post("/api/runs/{run_id}/approve", tags=["actions"])
+    def approve(run_id: str, body: ApproveBody) -> dict[str, Any]:
+        """Approve the tool call the run waits on, with exactly the arguments it shows."""
+        client.approve(run_id, body.tool_call_id, by="console")
+        return {"run_id": run_id, "sent": "approval", "tool_call_id": body.tool_call_id}
+
+    @app.post("/api/runs/{run_id}/reject", tags=["actions"])
+    def reject(run_id: str, body: RejectBody) -> dict[str, Any]:
+        """Reject the tool call the run waits on; the model reads `message`."""
+        client.reject(run_id, body.tool_call_id, body.message, by="console")
+        return {"run_id": run_id, "sent": "rejection", "tool_call_id": body.tool_call_id}
+
+    @app.post("/api/runs/{run_id}/cancel", tags=["actions"])
+    def cancel(run_id: str) -> dict[str, Any]:
+        """Cancel the run and its sub-agents."""
+        client.cancel(run_id)
+        return {"run_id": run_id, "cancelled": True}
+
+    @app.post("/api/runs/{run_id}/resume", tags=["actions"])
+    def resume(run_id: str) -> dict[str, Any]:
+        """Continue a cancelled run, or a failed one from the step that failed."""
+        client.resume(run_id)
+        return {"run_id": run_id, "resumed": True}
+
+    @app.post("/api/runs/{run_id}/fork", tags=["actions"])
+    def fork(run_id: str, body: ForkBody) -> dict[str, Any]:
+        """A new run copying this run's steps before `step`: `{"run_id": <new id>}`."""
+        last = max((s.step for s in client.get_run(run_id).steps), default=0)
+        if body.step < 1 or body.step > last + 1:
+            raise _BadRequest(
+                f"Cannot fork run {run_id!r} at step {body.step}: it has steps 1 to {last}. "
+                "Nothing was changed.",
+            )
+        return {"run_id": client.fork(run_id, body.step).run_id, "forked_from": run_id}
+
+    # --- pages -------------------------------------------------------------------------------
+
+    def page(request: Request, name: str, **context: Any) -> HTMLResponse:
+        context.update(statuses=STATUS_NAMES, locked=token is not None)
+        return templates.TemplateResponse(request, name, context)
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def runs_page(request: Request) -> HTMLResponse:
+        return page(request, "runs.html", title="Runs")
+
+    @app.get("/runs/{run_id}", response_class=HTMLResponse, include_in_schema=False)
+    def run_page(request: Request, run_id: str) -> HTMLResponse:
+        client.handle(run_id)  # 404 for an unknown run
+        return page(request, "run.html", title=f"Run {run_id}", run_id=run_id)
+
+    @app.get("/approvals", response_class=HTMLResponse, include_in_schema=False)
+    def approvals_page(request: Request) -> HTMLResponse:
+        return page(request, "approvals.html", title="Approvals")
+
+    @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
+    def login_page(request: Request, next: str = "/") -> HTMLResponse:
+        return page(request, "login.html", title="Log in", next=_safe_next(next), failed=False)
+
+    @app.post("/login", include_in_schema=False)
+    async def login(request: Request) -> Response:
+        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        given = (form.get("token") or [""])[0]
+        target = _safe_next((form.get("next") or ["/"])[0])
+        if token is None or session is None or not hmac.compare_digest(given, token):
+            response = page(request, "login.html", title="Log in", next=target, failed=True)
+            response.status_code = 401
+            return response
+        redirect = RedirectResponse(target, status_code=303)
+        redirect.set_cookie(
+            COOKIE, session, httponly=True, samesite="strict", secure=request.url.scheme == "https"
+        )
+        return redirect
+
+    @app.post("/logout", include_in_schema=False)
+    def logout() -> Response:
+        redirect = RedirectResponse("/login", status_code=303)
+        redirect.delete_cookie(COOKIE)
+        return redirect
+
+    return app
+
+
+async def _stream(
+    client: DurableClient, run_id: str, request: Request, after: int, poll_interval: float
+) -> AsyncIterator[bytes]:
+    sent, last_status = after, None
+    yield format_sse_event(retry=1000, comment="durable-swarm run events")
+    while not await request.is_disconnected():
+        info = await asyncio.to_thread(client.get_run, run_id)
+        arguments = tool_arguments(info)
+        for step in info.steps:
+            if step.step > sent:
+                data = json.dumps(step_json(step, arguments))
+                yield format_sse_event(event="step", id=str(step.step), data_str=data)
+                sent = step.step
+        status = {
+            "status": info.status,
+            "agent": info.agent,
+            "waiting_for": info.waiting_for,
+            "error": info.error,
+        }
+        if status != last_status:
+            yield format_sse_event(event="status", data_str=json.dumps(status))
+            last_status = status
+        if info.status in _FINISHED:
+            yield format_sse_event(event="end", data_str=json.dumps(status))
+            return
+        await asyncio.sleep(poll_interval)

@@ -1,0 +1,75 @@
+"""`GET /metrics`: the run database in Prometheus's text format, read at each scrape."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
+from prometheus_client.registry import Collector
+
+__all__ = ["metrics_text"]
+
+
+class _RunsCollector(Collector):
+    """Runs by status, steps by kind and name, model calls, tokens, model and tool latency."""
+
+    def __init__(self, query: Any) -> None:
+        self._query = query
+
+    def collect(self) -> Iterator[Metric]:
+        runs = GaugeMetricFamily(
+            "durable_swarm_runs", "Runs in the database, by status.", labels=["status"]
+        )
+        for status, n in self._query.status_counts().items():
+            runs.add_metric([status], n)
+        yield runs
+
+        steps = CounterMetricFamily(
+            "durable_swarm_steps", "Recorded steps of all runs, by kind and name.",
+            labels=["kind", "name"],
+        )  # fmt: skip
+        failed = CounterMetricFamily(
+            "durable_swarm_step_errors", "Recorded steps that failed, by kind and name.",
+            labels=["kind", "name"],
+        )  # fmt: skip
+        model_calls = CounterMetricFamily(
+            "durable_swarm_model_calls", "Recorded model calls, by agent.", labels=["agent"]
+        )
+        latency = SummaryMetricFamily(
+            "durable_swarm_step_duration_seconds",
+            "Time spent in model and tool steps, by kind and name.",
+            labels=["kind", "name"],
+        )
+        for function_name, n, errors, seconds in self._query.step_totals():
+            kind, _, name = function_name.partition(":")
+            if not name:
+                kind, name = "dbos", function_name
+            steps.add_metric([kind, name], n)
+            failed.add_metric([kind, name], errors)
+            if kind == "model":
+                model_calls.add_metric([name], n)
+            if kind in ("model", "tool"):
+                latency.add_metric([kind, name], count_value=n, sum_value=seconds)
+        yield from (steps, failed, model_calls, latency)
+
+        tokens = CounterMetricFamily(
+            "durable_swarm_tokens", "Tokens of all recorded model calls.", labels=["type"]
+        )
+        for kind, n in self._query.token_totals().items():
+            tokens.add_metric([kind.removesuffix("_tokens")], n)
+        yield tokens
+
+
+def metrics_text(query: Any) -> bytes:
+    """The metrics of the run database behind `query` (a `RunQuery`), in Prometheus's text
+    exposition format."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_RunsCollector(query))
+    return generate_latest(registry)

@@ -1,0 +1,62 @@
+"""Serving the console: the bind check, and uvicorn."""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+
+from ..durable import DurableClient
+from ..durable._database import display_url
+from ..errors import DurableSwarmError
+
+__all__ = ["check_bind", "serve"]
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse (`DurableSwarmError`) to serve on a non-loopback address without a token: anyone
+    who can reach it could read every run and approve any tool call."""
+    if not token and not _loopback(host):
+        raise DurableSwarmError(
+            f"Refusing to serve the console on {host!r} without a token: anyone who can reach "
+            "that address could read every run and approve tool calls. Pass --token T (or set "
+            "DURABLE_SWARM_TOKEN), or bind to 127.0.0.1."
+        )
+
+
+def serve(
+    database_url: str | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    token: str | None = None,
+) -> None:
+    """Serve the console and HTTP API on `host:port` until interrupted (see `create_app`).
+
+    The database must exist (a worker or a `DurableSwarm` creates it); raises
+    `DatabaseUnavailableError` otherwise, and `DurableSwarmError` for a non-loopback `host`
+    without `token`.
+    """
+    import uvicorn
+
+    from ._app import create_app
+
+    check_bind(host, token)
+    with DurableClient(database_url) as client:
+        app = create_app(client, token=token)
+        where = f"[{host}]" if ":" in host else host
+        print(
+            f"durable-swarm console on http://{where}:{port}/ "
+            f"(database: {display_url(client.database_url)})",
+            file=sys.stderr,
+            flush=True,
+        )
+        uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -1,0 +1,136 @@
+"""Runs as the HTTP API shows them: plain JSON built from `RunInfo` and `StepRecord`."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from ..durable import PendingApproval, RunInfo, StepRecord
+
+__all__ = ["approval_json", "run_detail", "run_summary", "step_json", "tool_arguments"]
+
+
+def _time(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def _usage_fields(info: RunInfo) -> dict[str, Any]:
+    """Token usage and cost, when this version of `RunInfo` records them."""
+    fields: dict[str, Any] = {}
+    for name in ("usage", "usage_by_agent", "cost_usd"):
+        value = getattr(info, name, None)
+        if value is not None:
+            fields[name] = value if isinstance(value, (dict, int, float)) else _plain(value)
+    return fields
+
+
+def _plain(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None) or getattr(value, "to_json", None)
+    if callable(dump):
+        return dump()
+    if hasattr(value, "__dataclass_fields__"):
+        return {k: getattr(value, k) for k in value.__dataclass_fields__}
+    return str(value)
+
+
+def run_summary(info: RunInfo, usage: dict[str, int] | None = None) -> dict[str, Any]:
+    """A run as a row of the runs list: ids, status, agent, times, model calls and tokens."""
+    return {
+        "run_id": info.run_id,
+        "status": info.status,
+        "agent": info.agent,
+        "created_at": _time(info.created_at),
+        "updated_at": _time(info.updated_at),
+        "model_calls": (usage or {}).get("model_calls", 0),
+        "tokens": (usage or {}).get("tokens", 0),
+        "parent": info.parent,
+        "forked_from": info.forked_from,
+        "waiting_for": info.waiting_for,
+        "error": info.error,
+        **_usage_fields(info),
+    }
+
+
+def tool_arguments(info: RunInfo) -> dict[str, str]:
+    """Each tool call's arguments (the JSON text the model sent), by tool call id."""
+    found: dict[str, str] = {}
+    for message in info.messages:
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            found[str(call.get("id"))] = str(function.get("arguments", ""))
+    waiting_call = (info.waiting_for or {}).get("tool_call") or {}
+    if waiting_call:
+        found[str(waiting_call.get("id"))] = str(
+            (waiting_call.get("function") or {}).get("arguments", "")
+        )
+    return found
+
+
+def step_json(step: StepRecord, arguments: dict[str, str] | None = None) -> dict[str, Any]:
+    """One step of the timeline: kind, name, arguments, result, tokens, duration, error."""
+    output = step.output if isinstance(step.output, dict) else {}
+    found = output.get("message")
+    message: dict[str, Any] | None = found if isinstance(found, dict) else None
+    args: Any = None
+    result: Any = step.output
+    tokens = None
+    if step.kind == "model" and message is not None:
+        result = {"content": message.get("content"), "tool_calls": message.get("tool_calls")}
+        usage = output.get("usage")
+        tokens = usage.get("total_tokens") if isinstance(usage, dict) else None
+    elif step.kind == "tool" and message is not None:
+        args = (arguments or {}).get(str(message.get("tool_call_id")))
+        result = message.get("content")
+    return {
+        "step": step.step,
+        "kind": step.kind,
+        "name": step.name,
+        "arguments": args,
+        "result": result,
+        "tokens": tokens,
+        "duration_ms": step.duration_ms,
+        "error": step.error,
+        "started_at": _time(step.started_at),
+        "completed_at": _time(step.completed_at),
+        "child_run_id": step.child_run_id,
+    }
+
+
+def run_detail(
+    info: RunInfo, usage: dict[str, int] | None = None, recovery_attempts: int | None = None
+) -> dict[str, Any]:
+    """The whole run: its summary, messages, context, steps, transitions, decisions, and what it
+    waits for. `recovery_attempts` above 1 means a process took the run over after a crash."""
+    arguments = tool_arguments(info)
+    return {
+        **run_summary(info, usage),
+        "messages": info.messages,
+        "context_variables": info.context_variables,
+        "steps": [step_json(s, arguments) for s in info.steps],
+        "transitions": info.transitions,
+        "decisions": info.decisions,
+        "children": info.children,
+        "input_messages": info.input_messages,
+        "recovery_attempts": recovery_attempts,
+    }
+
+
+def approval_json(approval: PendingApproval) -> dict[str, Any]:
+    """A pending approval: run, tool call, tool, the exact arguments, and since when.
+
+    `arguments` is the exact JSON text the model sent; `parsed_arguments` the same decoded
+    (None when it is not valid JSON)."""
+    try:
+        parsed = json.loads(approval.arguments)
+    except ValueError:
+        parsed = None
+    return {
+        "run_id": approval.run_id,
+        "tool_call_id": approval.tool_call_id,
+        "tool": approval.tool,
+        "arguments": approval.arguments,
+        "parsed_arguments": parsed,
+        "agent": approval.agent,
+        "since": _time(approval.since),
+    }

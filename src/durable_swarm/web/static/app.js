@@ -1,0 +1,371 @@
+// durable-swarm console: fills the server's page shells from the JSON API.
+// Everything shown from a run goes through textContent: run data is never parsed as HTML.
+"use strict";
+
+const STATUS_LABEL = {
+  pending: "running",
+  waiting_for_input: "waiting for input",
+  waiting_for_approval: "waiting for approval",
+  succeeded: "succeeded",
+  failed: "failed",
+  cancelled: "cancelled",
+};
+const FINISHED = ["succeeded", "failed", "cancelled"];
+
+async function api(path, body) {
+  const options = { credentials: "same-origin", headers: { Accept: "application/json" } };
+  if (body !== undefined) {
+    options.method = "POST";
+    options.headers["Content-Type"] = "application/json";
+    options.body = JSON.stringify(body);
+  }
+  const response = await fetch(path, options);
+  const data = await response.json().catch(() => ({}));
+  if (response.status === 401) {
+    window.location.href = "/login?next=" + encodeURIComponent(window.location.pathname);
+  }
+  if (!response.ok) throw new Error(data.error || `HTTP ${response.status}`);
+  return data;
+}
+
+function el(tag, props, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "text") node.textContent = value;
+    else if (key === "class") node.className = value;
+    else node.setAttribute(key, value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function when(iso) {
+  if (!iso) return "";
+  const date = new Date(iso);
+  const seconds = (Date.now() - date.getTime()) / 1000;
+  if (seconds < 60) return "just now";
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ago`;
+  if (seconds < 86400) return `${Math.floor(seconds / 3600)} h ago`;
+  return date.toLocaleString();
+}
+
+function statusBadge(status) {
+  return el("span", { class: `status s-${status}`, text: STATUS_LABEL[status] || status });
+}
+
+function runLink(runId) {
+  return el("a", { href: `/runs/${encodeURIComponent(runId)}`, class: "mono", text: runId });
+}
+
+function pretty(value) {
+  if (value === null || value === undefined) return "";
+  if (typeof value === "string") {
+    try {
+      const parsed = JSON.parse(value);
+      if (parsed !== null && typeof parsed === "object") return JSON.stringify(parsed, null, 2);
+    } catch (_) { /* plain text */ }
+    return value;
+  }
+  return JSON.stringify(value, null, 2);
+}
+
+function notice(text, isError) {
+  const box = document.getElementById("notice");
+  if (!box) return;
+  box.textContent = text;
+  box.className = isError ? "notice error" : "notice";
+  box.hidden = !text;
+}
+
+async function refreshBadge() {
+  const badge = document.getElementById("approval-count");
+  try {
+    const data = await api("/api/approvals");
+    badge.textContent = String(data.approvals.length);
+    badge.hidden = data.approvals.length === 0;
+  } catch (_) { badge.hidden = true; }
+}
+
+// --- the runs list ----------------------------------------------------------------------------
+
+function runsPage() {
+  const form = document.getElementById("filters");
+  const body = document.getElementById("runs-body");
+  const limit = 50;
+  const params = new URLSearchParams(window.location.search);
+  let offset = Number(params.get("offset") || 0);
+  for (const name of ["status", "agent", "q"]) form.elements[name].value = params.get(name) || "";
+
+  let applied = {};
+  function apply() {
+    applied = {};
+    for (const name of ["status", "agent", "q"]) {
+      const value = form.elements[name].value.trim();
+      if (value) applied[name] = value;
+    }
+  }
+  apply();
+
+  function query() {
+    const q = new URLSearchParams(applied);
+    if (offset) q.set("offset", String(offset));
+    return q;
+  }
+
+  async function load() {
+    const q = query();
+    history.replaceState(null, "", q.toString() ? `/?${q}` : "/");
+    q.set("limit", String(limit));
+    let data;
+    try { data = await api(`/api/runs?${q}`); } catch (e) {
+      body.replaceChildren(el("tr", {}, el("td", { colspan: 7, class: "error", text: e.message })));
+      return;
+    }
+    const rows = data.runs.map((run) => el("tr", { "data-run-id": run.run_id },
+      el("td", {}, runLink(run.run_id), run.parent ? el("div", { class: "sub" }, "sub-agent of ", runLink(run.parent)) : null),
+      el("td", {}, statusBadge(run.status)),
+      el("td", { text: run.agent || "" }),
+      el("td", { title: run.created_at, text: when(run.created_at) }),
+      el("td", { title: run.updated_at, text: when(run.updated_at) }),
+      el("td", { class: "num", text: run.model_calls }),
+      el("td", { class: "num", text: run.tokens ? run.tokens.toLocaleString() : "–" }),
+    ));
+    if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 7, class: "muted", text: "No runs match." })));
+    body.replaceChildren(...rows);
+    const first = data.total ? offset + 1 : 0;
+    document.getElementById("range").textContent = `${first}–${offset + data.runs.length} of ${data.total}`;
+    document.getElementById("prev").disabled = offset === 0;
+    document.getElementById("next").disabled = offset + data.runs.length >= data.total;
+  }
+
+  form.addEventListener("submit", (event) => { event.preventDefault(); apply(); offset = 0; load(); });
+  form.elements.status.addEventListener("change", () => { apply(); offset = 0; load(); });
+  document.getElementById("prev").addEventListener("click", () => { offset = Math.max(0, offset - limit); load(); });
+  document.getElementById("next").addEventListener("click", () => { offset += limit; load(); });
+  load();
+  setInterval(load, 2000);
+}
+
+// --- one run ----------------------------------------------------------------------------------
+
+function messageItem(message) {
+  const role = message.role;
+  const who = role === "assistant" ? (message.sender || "assistant") : role === "tool" ? `tool · ${message.tool_name || ""}` : role;
+  const item = el("li", { class: `msg m-${role}` }, el("div", { class: "who", text: who }));
+  if (message.content) item.append(el("div", { class: "content", text: message.content }));
+  for (const call of message.tool_calls || []) {
+    const fn = call.function || {};
+    item.append(el("div", { class: "call" }, el("code", { text: fn.name }), el("pre", { class: "args", text: pretty(fn.arguments) })));
+  }
+  return item;
+}
+
+function stepItem(step, retry) {
+  const head = el("div", { class: "step-head" },
+    el("span", { class: "step-no", text: `#${step.step}` }),
+    el("span", { class: `kind k-${step.kind}`, text: step.kind }),
+    el("span", { class: "step-name", text: step.name }),
+    retry ? el("span", { class: "chip retry", text: "retry" }) : null,
+    step.error ? el("span", { class: "chip bad", text: "error" }) : null,
+    el("span", { class: "step-meta" },
+      step.tokens ? `${step.tokens} tokens · ` : "",
+      step.duration_ms !== null && step.duration_ms !== undefined ? `${Math.round(step.duration_ms)} ms` : ""),
+  );
+  const item = el("li", { class: `step${step.error ? " failed" : ""}`, "data-step": step.step, "data-kind": step.kind }, head);
+  if (step.child_run_id) item.append(el("div", { class: "sub" }, "sub-agent run ", runLink(step.child_run_id)));
+  if (step.error) item.append(el("pre", { class: "error-text", text: step.error }));
+  const parts = [];
+  if (step.arguments !== null && step.arguments !== undefined) parts.push(["arguments", step.arguments]);
+  if (step.result !== null && step.result !== undefined) parts.push(["result", step.result]);
+  for (const [label, value] of parts) {
+    if (step.kind === "model" && label === "result") {
+      if (value.content) item.append(el("div", { class: "content", text: value.content }));
+      for (const call of value.tool_calls || []) {
+        item.append(el("div", { class: "call" }, "calls ", el("code", { text: (call.function || {}).name })));
+      }
+      continue;
+    }
+    const text = pretty(value);
+    if (text.length > 160 || text.includes("\n")) {
+      item.append(el("details", {}, el("summary", { text: label }), el("pre", { class: "args", text })));
+    } else {
+      item.append(el("div", { class: "kv" }, el("span", { class: "k", text: label }), el("code", { text })));
+    }
+  }
+  return item;
+}
+
+function runPage() {
+  const runId = document.body.dataset.runId;
+  const base = `/api/runs/${encodeURIComponent(runId)}`;
+  let run = null;
+  let pending = null;
+  let stream = null;
+
+  function fact(label, ...value) {
+    return [el("dt", { text: label }), el("dd", {}, ...value)];
+  }
+
+  function render() {
+    document.getElementById("status").replaceWith(Object.assign(statusBadge(run.status), { id: "status" }));
+    const facts = [
+      ...fact("Agent", run.agent || "–"),
+      ...fact("Started", el("span", { title: run.created_at, text: when(run.created_at) })),
+      ...fact("Updated", el("span", { title: run.updated_at, text: when(run.updated_at) })),
+      ...fact("Model calls", String(run.model_calls)),
+      ...fact("Tokens", run.tokens ? run.tokens.toLocaleString() : "–"),
+    ];
+    if (run.cost_usd !== undefined && run.cost_usd !== null) facts.push(...fact("Cost", `$${Number(run.cost_usd).toFixed(4)}`));
+    if (run.parent) facts.push(...fact("Parent run", runLink(run.parent)));
+    if (run.forked_from) facts.push(...fact("Forked from", runLink(run.forked_from)));
+    if (run.children.length) facts.push(...fact("Sub-agent runs", ...run.children.map((c, i) => [i ? ", " : "", runLink(c)])));
+    document.getElementById("facts").replaceChildren(...facts);
+
+    const banner = document.getElementById("banner");
+    const notes = [];
+    if (run.recovery_attempts > 1) notes.push(`Resumed after a crash: another process took this run over (${run.recovery_attempts - 1} time${run.recovery_attempts > 2 ? "s" : ""}). Finished steps were not run again.`);
+    if (run.error) notes.push(`Failed: ${run.error}`);
+    banner.textContent = notes.join(" ");
+    banner.className = run.error ? "banner bad" : "banner";
+    banner.hidden = notes.length === 0;
+
+    const waiting = run.waiting_for || {};
+    const askInput = run.status === "waiting_for_input";
+    const askApproval = run.status === "waiting_for_approval";
+    document.getElementById("wait-input").hidden = !askInput;
+    document.getElementById("wait-approval").hidden = !askApproval;
+    if (askInput) document.getElementById("prompt").textContent = waiting.prompt || "";
+    if (askApproval) {
+      const fn = (waiting.tool_call || {}).function || {};
+      document.getElementById("approval-agent").textContent = waiting.agent || "";
+      document.getElementById("approval-tool").textContent = fn.name || "";
+      document.getElementById("approval-args").textContent = pretty(fn.arguments);
+    }
+
+    const messages = run.messages.map(messageItem);
+    if (run.status === "succeeded" && messages.length) messages[messages.length - 1].classList.add("final");
+    document.getElementById("messages").replaceChildren(...(messages.length ? messages : [el("li", { class: "muted", text: "No messages yet." })]));
+
+    const failedNames = new Set();
+    const steps = run.steps.map((step) => {
+      const retry = failedNames.has(`${step.kind}:${step.name}`);
+      if (step.error) failedNames.add(`${step.kind}:${step.name}`);
+      return stepItem(step, retry);
+    });
+    document.getElementById("timeline").replaceChildren(...(steps.length ? steps : [el("li", { class: "muted", text: "No steps yet." })]));
+    document.getElementById("live").hidden = FINISHED.includes(run.status);
+    document.getElementById("cancel").disabled = FINISHED.includes(run.status);
+    document.getElementById("resume").disabled = !["failed", "cancelled"].includes(run.status);
+    const fork = document.getElementById("fork-step");
+    fork.max = String(Math.max(1, ...run.steps.map((s) => s.step + 1)));
+  }
+
+  async function load() {
+    try {
+      run = await api(base);
+      render();
+    } catch (e) { notice(e.message, true); }
+  }
+
+  function soon() {
+    if (pending) return;
+    pending = setTimeout(() => { pending = null; load(); }, 80);
+  }
+
+  function follow() {
+    stream = new EventSource(`${base}/events`);
+    stream.addEventListener("step", soon);
+    stream.addEventListener("status", soon);
+    stream.addEventListener("end", () => { stream.close(); soon(); });
+  }
+
+  async function act(path, body, done) {
+    notice("");
+    try {
+      const result = await api(`${base}/${path}`, body);
+      if (done) done(result);
+      if (stream && stream.readyState === EventSource.CLOSED) follow();
+      soon();
+    } catch (e) { notice(e.message, true); }
+  }
+
+  document.getElementById("reply-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const box = document.getElementById("reply");
+    act("input", { text: box.value }, () => { box.value = ""; notice("Answer sent."); });
+  });
+  const callId = () => ((run.waiting_for || {}).tool_call || {}).id;
+  document.getElementById("approve").addEventListener("click", () =>
+    act("approve", { tool_call_id: callId() }, () => notice("Approved.")));
+  document.getElementById("reject").addEventListener("click", () =>
+    act("reject", { tool_call_id: callId(), message: document.getElementById("reject-message").value || null }, () => notice("Rejected.")));
+  document.getElementById("cancel").addEventListener("click", () => act("cancel", {}, () => notice("Cancelled.")));
+  document.getElementById("resume").addEventListener("click", () => act("resume", {}, () => notice("Resumed.")));
+  document.getElementById("fork-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    act("fork", { step: Number(document.getElementById("fork-step").value) }, (result) => {
+      window.location.href = `/runs/${encodeURIComponent(result.run_id)}`;
+    });
+  });
+  load().then(follow);
+}
+
+// --- the approvals inbox ----------------------------------------------------------------------
+
+function approvalsPage() {
+  const list = document.getElementById("approvals");
+  let shown = null;
+
+  async function decide(approval, approved, reason) {
+    notice("");
+    const path = `/api/runs/${encodeURIComponent(approval.run_id)}/${approved ? "approve" : "reject"}`;
+    const body = approved ? { tool_call_id: approval.tool_call_id } : { tool_call_id: approval.tool_call_id, message: reason || null };
+    try {
+      await api(path, body);
+      notice(`${approved ? "Approved" : "Rejected"} ${approval.tool} in run ${approval.run_id}.`);
+    } catch (e) { notice(e.message, true); }
+    load();
+    refreshBadge();
+  }
+
+  async function load() {
+    let data;
+    try { data = await api("/api/approvals"); } catch (e) { notice(e.message, true); return; }
+    const key = JSON.stringify(data.approvals.map((a) => [a.run_id, a.tool_call_id]));
+    if (key === shown) return;
+    shown = key;
+    if (!data.approvals.length) {
+      list.replaceChildren(el("li", { class: "muted", text: "Nothing waits for approval." }));
+      return;
+    }
+    list.replaceChildren(...data.approvals.map((a) => {
+      const reason = el("input", { placeholder: "Reason (if you reject)", "aria-label": "Reason for rejecting" });
+      const approve = el("button", { type: "button", class: "primary", text: "Approve" });
+      const reject = el("button", { type: "button", class: "danger", text: "Reject" });
+      approve.addEventListener("click", () => decide(a, true));
+      reject.addEventListener("click", () => decide(a, false, reason.value));
+      return el("li", { class: "card approval", "data-run-id": a.run_id },
+        el("div", { class: "approval-head" }, el("code", { class: "tool", text: a.tool }), el("span", { class: "muted" }, "by ", a.agent || "?", " · ", when(a.since))),
+        el("div", { class: "sub" }, "run ", runLink(a.run_id)),
+        el("pre", { class: "args", text: pretty(a.arguments) }),
+        el("div", { class: "buttons" }, reason, approve, reject));
+    }));
+  }
+
+  load();
+  setInterval(load, 3000);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const page = document.body.dataset.page;
+  if (page === "login") return;
+  refreshBadge();
+  setInterval(refreshBadge, 5000);
+  if (page === "runs") runsPage();
+  else if (page === "run") runPage();
+  else if (page === "approvals") approvalsPage();
+});
