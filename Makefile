@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 DURABLE_SWARM_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
 export DURABLE_SWARM_TEST_POSTGRES_URL
 
-.PHONY: demo test test-faults lint typecheck pytest bench bench-quick clean
+.PHONY: demo test test-faults lint typecheck pytest browser bench bench-quick clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,12 +30,22 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+pytest: $(STAMP) browser
 	$(BIN)/pytest -q -m "not faults"
 
 # The slow fault-injection tests (real processes killed, paused, cut off from the database).
 test-faults: $(STAMP)
 	$(BIN)/pytest -q -m faults tests/faults
+
+# The console's browser tests drive Debian's Chromium through Playwright (Playwright's own
+# browser download needs the network). Installed here when missing and running as root;
+# otherwise those tests skip and say why (CI sets DURABLE_SWARM_REQUIRE_BROWSER=1: they fail).
+browser:
+	@test -x /usr/bin/chromium || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "Could not install chromium: the browser tests will skip (fail under CI)."; \
+	  else echo "No /usr/bin/chromium and not root: the browser tests will skip."; fi; }
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py

@@ -82,10 +82,15 @@ def step_json(step: StepRecord, arguments: dict[str, str] | None = None) -> dict
     elif step.kind == "tool" and message is not None:
         args = (arguments or {}).get(str(message.get("tool_call_id")))
         result = message.get("content")
+    name = step.name
+    if step.kind == "wait" and "text" in output:
+        name, result = "answer", output["text"]
+    elif step.kind == "wait" and "approved" in output:
+        name, result = "decision", _decision_text(output)
     return {
         "step": step.step,
         "kind": step.kind,
-        "name": step.name,
+        "name": name,
         "arguments": args,
         "result": result,
         "tokens": tokens,
@@ -95,6 +100,13 @@ def step_json(step: StepRecord, arguments: dict[str, str] | None = None) -> dict
         "completed_at": _time(step.completed_at),
         "child_run_id": step.child_run_id,
     }
+
+
+def _decision_text(decision: dict[str, Any]) -> str:
+    verdict = "approved" if decision.get("approved") else "rejected"
+    who = f" by {decision['by']}" if decision.get("by") else ""
+    why = f": {decision['message']}" if decision.get("message") else ""
+    return f"{verdict}{who}{why}"
 
 
 def run_detail(

@@ -11,6 +11,7 @@ const STATUS_LABEL = {
   cancelled: "cancelled",
 };
 const FINISHED = ["succeeded", "failed", "cancelled"];
+const BOOKKEEPING = ["event", "timer", "stream", "dbos"]; // DBOS's own steps, shown on request
 
 async function api(path, body) {
   const options = { credentials: "same-origin", headers: { Accept: "application/json" } };
@@ -71,6 +72,17 @@ function pretty(value) {
     return value;
   }
   return JSON.stringify(value, null, 2);
+}
+
+function compact(value) {
+  if (typeof value === "string") {
+    try {
+      const parsed = JSON.parse(value);
+      if (parsed !== null && typeof parsed === "object") return JSON.stringify(parsed);
+    } catch (_) { /* plain text */ }
+    return value;
+  }
+  return JSON.stringify(value);
 }
 
 function notice(text, isError) {
@@ -189,9 +201,9 @@ function stepItem(step, retry) {
       }
       continue;
     }
-    const text = pretty(value);
-    if (text.length > 160 || text.includes("\n")) {
-      item.append(el("details", {}, el("summary", { text: label }), el("pre", { class: "args", text })));
+    const text = compact(value);
+    if (text.length > 120 || text.includes("\n")) {
+      item.append(el("details", {}, el("summary", { text: label }), el("pre", { class: "args", text: pretty(value) })));
     } else {
       item.append(el("div", { class: "kv" }, el("span", { class: "k", text: label }), el("code", { text })));
     }
@@ -207,7 +219,7 @@ function runPage() {
   let stream = null;
 
   function fact(label, ...value) {
-    return [el("dt", { text: label }), el("dd", {}, ...value)];
+    return [el("div", {}, el("dt", { text: label }), el("dd", {}, ...value))];
   }
 
   function render() {
@@ -251,7 +263,8 @@ function runPage() {
     document.getElementById("messages").replaceChildren(...(messages.length ? messages : [el("li", { class: "muted", text: "No messages yet." })]));
 
     const failedNames = new Set();
-    const steps = run.steps.map((step) => {
+    const shown = document.getElementById("all-steps").checked ? run.steps : run.steps.filter((s) => !BOOKKEEPING.includes(s.kind));
+    const steps = shown.map((step) => {
       const retry = failedNames.has(`${step.kind}:${step.name}`);
       if (step.error) failedNames.add(`${step.kind}:${step.name}`);
       return stepItem(step, retry);
@@ -311,6 +324,7 @@ function runPage() {
       window.location.href = `/runs/${encodeURIComponent(result.run_id)}`;
     });
   });
+  document.getElementById("all-steps").addEventListener("change", () => { if (run) render(); });
   load().then(follow);
 }
 
