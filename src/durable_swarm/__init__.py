@@ -13,11 +13,13 @@ from .errors import (
     AgentNotFoundError,
     DatabaseUnavailableError,
     DurableSwarmError,
+    MCPServerUnavailableError,
     ModelCallError,
     ModelResponseError,
     RunError,
     RunNotFoundError,
     ToolResultNotSerializableError,
+    ToolUnavailableError,
 )
 from .handoffs import (
     AFTER_WORK,
@@ -33,7 +35,7 @@ from .handoffs import (
 from .human import AskUser, ask_user
 from .planning import TodoItem, create_durable_agent
 from .swarm import Swarm
-from .toolkit import FileTools, Skill, skill, tool
+from .toolkit import FileTools, MCPTools, ShellTool, Skill, skill, tool
 from .types import Agent, Response, Result, SwarmAgent, SwarmResult
 
 try:
@@ -57,6 +59,8 @@ __all__ = [
     "DurableSwarmError",
     "FileTools",
     "JsonSerializer",
+    "MCPServerUnavailableError",
+    "MCPTools",
     "ModelCallError",
     "ModelResponseError",
     "OnCondition",
@@ -67,12 +71,14 @@ __all__ = [
     "RunHandle",
     "RunInfo",
     "RunNotFoundError",
+    "ShellTool",
     "Skill",
     "Swarm",
     "SwarmAgent",
     "SwarmResult",
     "TodoItem",
     "ToolResultNotSerializableError",
+    "ToolUnavailableError",
     "UpdateSystemMessage",
     "ask_user",
     "create_durable_agent",

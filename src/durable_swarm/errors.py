@@ -16,12 +16,14 @@ __all__ = [
     "ContextExpressionError",
     "DatabaseUnavailableError",
     "DurableSwarmError",
+    "MCPServerUnavailableError",
     "ModelCallError",
     "ModelResponseError",
     "RunError",
     "RunNotFoundError",
     "SkillCompositionError",
     "ToolResultNotSerializableError",
+    "ToolUnavailableError",
     "WorkspaceError",
 ]
 
@@ -170,8 +172,9 @@ class ContextExpressionError(DurableSwarmError, ValueError):
 
 
 class SkillCompositionError(DurableSwarmError, ValueError):
-    """Skills that cannot be combined: one tool name for two different tools, or one skill name
-    for two different skills. The message names both sides and how to resolve the clash."""
+    """Tools that cannot be offered together: one tool name for two different tools (from
+    functions, skills or MCP servers), or one name for two different skills or servers. The
+    message names both sides and how to resolve the clash."""
 
 
 class WorkspaceError(DurableSwarmError, ValueError):
@@ -221,3 +224,31 @@ class ModelCallError(DurableSwarmError):
             cause=cause,
             requests=requests,
         )
+
+
+class ToolUnavailableError(DurableSwarmError, ConnectionError):
+    """A tool could not reach what it depends on (after its own retries).
+
+    Unlike an error inside a tool, which becomes a message the model reads, this fails the run
+    at the tool's step: nothing is recorded for the step, so resuming the run tries it again.
+    """
+
+
+class MCPServerUnavailableError(ToolUnavailableError):
+    """An MCP server could not be reached (not started, refused, or gone) after retries."""
+
+    server: str
+    cause: str
+
+    def __init__(self, server: str, cause: str, *, message: str | None = None):
+        super().__init__(
+            message
+            or f"MCP server {server!r} could not be reached: {cause}. Check that the server "
+            "starts (its command, or its URL and that it is up); a durable run stopped at this "
+            "step and loses nothing: resume it with resume(run_id) once the server is back.",
+            server=server,
+            cause=cause,
+        )
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {"server": self.server, "cause": self.cause, "message": self.message}

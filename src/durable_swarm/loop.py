@@ -6,7 +6,8 @@ driver, which performs it through a runtime and sends the result back:
 - `ModelCall`: the next assistant message;
 - `ToolCall`: one tool call;
 - `WaitForInput`: an answer from the person, or their decision on a tool call;
-- `Transition`: a record of a handoff (which rule fired, from which agent to which, and why).
+- `Transition`: a record of a handoff (which rule fired, from which agent to which, and why);
+- `ListTools`: the tool list of a `ToolSource` (an MCP server), asked once per run and kept.
 
 The loop itself does no I/O, reads no clock and no randomness, so the in-memory runtime (`Swarm`)
 and the durable one (`DurableSwarm`, where each effect is a DBOS step or a durable wait) cannot
@@ -38,7 +39,15 @@ from .handoffs import (
     holds,
 )
 from .human import Decision
-from .tools import ToolOutcome, is_agent, model_tool_schema, tool_message, tool_name, tool_spec
+from .tools import (
+    ToolOutcome,
+    ToolSource,
+    is_agent,
+    model_tool_schema,
+    tool_message,
+    tool_name,
+    tool_spec,
+)
 from .types import Response
 from .util import debug_print
 
@@ -99,7 +108,16 @@ class Transition:
         }
 
 
-Effect = ModelCall | ToolCall | WaitForInput | Transition
+@dataclass
+class ListTools:
+    """Effect: the tools `source` (a `ToolSource`, e.g. an MCP server) offers, as JSON. Asked
+    once per run and source; the run keeps offering that list even if the server changes."""
+
+    agent: Any
+    source: ToolSource
+
+
+Effect = ModelCall | ToolCall | WaitForInput | Transition | ListTools
 Loop = Generator[Effect, Any, Response]
 
 
@@ -111,21 +129,33 @@ class RunState:
     history: list[dict[str, Any]]
     context: dict[str, Any]
     agents: dict[str, Any] = field(default_factory=dict)
+    tool_lists: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """The tool list of each `ToolSource` (by name), as listed the first time the run met it."""
 
 
 def _rules(agent: Any, kind: type) -> list[Any]:
     return [h for h in getattr(agent, "handoffs", None) or [] if isinstance(h, kind)]
 
 
-def agent_functions(agent: Any, context: dict[str, Any]) -> list[Callable[..., Any]]:
-    """The tools offered to `agent` now: its functions, its skills' tools, and the transfers of
-    its `OnCondition` rules that are available in `context`."""
-    functions = list(agent.functions)
+def agent_functions(
+    agent: Any,
+    context: dict[str, Any],
+    tool_lists: dict[str, list[dict[str, Any]]] | None = None,
+) -> list[Callable[..., Any]]:
+    """The tools offered to `agent` now: its functions, its skills' tools, the tools of its
+    `ToolSource`s as listed in `tool_lists` (by source name), and the transfers of its
+    `OnCondition` rules that are available in `context`."""
+    functions = [f for f in agent.functions if not isinstance(f, ToolSource)]
     skills = getattr(agent, "skills", None)
     if skills:
         from .toolkit import skill_tools
 
         functions += skill_tools(skills, functions)
+    sources = [f for f in agent.functions if isinstance(f, ToolSource)]
+    if sources:
+        from .toolkit import source_tools
+
+        functions += source_tools(sources, tool_lists or {}, functions)
     functions += [
         rule.transfer_function()
         for rule in _rules(agent, OnCondition)
@@ -163,10 +193,17 @@ def _instructions(agent: Any, history: Sequence[dict[str, Any]], context: dict[s
     return text
 
 
+def _list_tools(state: RunState) -> Generator[Effect, Any, None]:
+    """Ask each `ToolSource` of the active agent that this run has not met yet for its tools."""
+    for source in state.agent.functions:
+        if isinstance(source, ToolSource) and source.name not in state.tool_lists:
+            state.tool_lists[source.name] = yield ListTools(state.agent, source)
+
+
 def build_request(state: RunState, model_override: str | None, stream: bool) -> dict[str, Any]:
     """The `chat.completions.create` parameters for the active agent's turn (as Swarm sends)."""
     agent = state.agent
-    tools = [model_tool_schema(f) for f in agent_functions(agent, state.context)]
+    tools = [model_tool_schema(f) for f in agent_functions(agent, state.context, state.tool_lists)]
     request: dict[str, Any] = {
         "model": model_override or agent.model,
         "messages": [
@@ -220,7 +257,9 @@ def _run_tools(
     state: RunState, calls: list[dict[str, Any]], debug: bool
 ) -> Generator[Effect, Any, tuple[Any, str]]:
     """Run the message's tool calls in order; return the last handoff: (target, tool name)."""
-    functions = {tool_name(f): f for f in agent_functions(state.agent, state.context)}
+    functions = {
+        tool_name(f): f for f in agent_functions(state.agent, state.context, state.tool_lists)
+    }
     batch = [(call, functions.get(call["function"]["name"])) for call in calls]
     target: tuple[Any, str] = (None, "")
     for call, function in batch:
@@ -309,6 +348,7 @@ def turn_loop(
     init_len = len(state.history)
     while len(state.history) - init_len < max_turns and state.agent:
         yield from _context_handoffs(state)
+        yield from _list_tools(state)
         request = build_request(state, model_override, stream)
         debug_print(debug, "Getting chat completion for...:", request["messages"])
         message: dict[str, Any] = yield ModelCall(state.agent, request, debug)

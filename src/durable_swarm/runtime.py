@@ -1,9 +1,9 @@
 """Runtimes perform the loop's effects; drivers feed their results back into the loop.
 
-A runtime has one narrow interface: `call_model`, `call_tool`, `wait_for_input`, `record` (and
-`chunks` for streamed model calls), each with an async twin prefixed `a`. `InMemoryRuntime` is
-what `Swarm` uses; the durable runtime (`durable_swarm.durable`) makes each a DBOS step or a
-durable wait.
+A runtime has one narrow interface: `call_model`, `call_tool`, `wait_for_input`, `record`,
+`list_tools` (and `chunks` for streamed model calls), each with an async twin prefixed `a`.
+`InMemoryRuntime` is what `Swarm` uses; the durable runtime (`durable_swarm.durable`) makes each
+a DBOS step or a durable wait.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from . import model
 from .human import Decision
-from .loop import Loop, ModelCall, ToolCall, Transition, WaitForInput, turn_loop
+from .loop import ListTools, Loop, ModelCall, ToolCall, Transition, WaitForInput, turn_loop
 from .subagents import delegation_task, final_answer, is_delegation
 from .tools import (
     ToolOutcome,
@@ -75,6 +75,14 @@ class InMemoryRuntime:
     async def arecord(self, effect: Transition) -> None:
         """`record` for async code."""
         self.record(effect)
+
+    def list_tools(self, effect: ListTools) -> list[dict[str, Any]]:
+        """The tool list of an MCP server (any `ToolSource`), asked now."""
+        return effect.source.list_tools()
+
+    async def alist_tools(self, effect: ListTools) -> list[dict[str, Any]]:
+        """`list_tools` for async code."""
+        return await effect.source.alist_tools()
 
     def call_model(self, effect: ModelCall) -> dict[str, Any]:
         """One model call; returns the assistant message dict."""
@@ -139,12 +147,14 @@ _SYNC = {
     ToolCall: "call_tool",
     WaitForInput: "wait_for_input",
     Transition: "record",
+    ListTools: "list_tools",
 }
 _ASYNC = {
     ModelCall: "acall_model",
     ToolCall: "acall_tool",
     WaitForInput: "await_input",
     Transition: "arecord",
+    ListTools: "alist_tools",
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import copy
 import functools
 import inspect
 import json
@@ -23,6 +24,7 @@ from typing import Annotated, Any, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
 from ._aio import in_thread, run_coroutine
+from .errors import ToolUnavailableError
 from .human import AskUser
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "IDEMPOTENCY_KEY",
     "TOOL_SPEC_ATTR",
     "ToolOutcome",
+    "ToolSource",
     "ToolSpec",
     "coerce_result",
     "execute_tool",
@@ -90,6 +93,9 @@ class ToolSpec:
         delegate: an agent this tool hands a task to as a sub-agent (see `Agent.as_tool`): it
             runs as a run of its own (a child workflow in durable runs) and its answer is the
             tool's result.
+        parameters: the JSON schema of the arguments, offered to the model instead of one built
+            from the signature (for tools described by someone else, such as an MCP server's).
+            Arguments are then only checked to be a JSON object; the tool checks the rest.
     """
 
     name: str | None = None
@@ -98,6 +104,31 @@ class ToolSpec:
     retries: int = 0
     needs_approval: bool = False
     delegate: Any = None
+    parameters: dict[str, Any] | None = None
+
+
+class ToolSource:
+    """A bundle of tools that are only known at run time (an MCP server: `toolkit.MCPTools`).
+
+    It goes in an agent's `functions`. The first time an agent with it takes a turn, the loop asks
+    for its tool list once (a `ListTools` effect: a step of its own in durable runs), keeps that
+    list for the rest of the run, and offers the tools `tools(listing)` builds from it.
+    Subclasses set `name` (unique per agent) and implement the three methods.
+    """
+
+    name: str
+
+    def list_tools(self) -> list[dict[str, Any]]:
+        """The tools offered now, as JSON (the listing a run records)."""
+        raise NotImplementedError
+
+    async def alist_tools(self) -> list[dict[str, Any]]:
+        """`list_tools` for async code."""
+        raise NotImplementedError
+
+    def tools(self, listing: list[dict[str, Any]]) -> list[Callable[..., Any]]:
+        """The tool functions for a recorded `listing`."""
+        raise NotImplementedError
 
 
 TOOL_SPEC_ATTR = "__durable_swarm_tool__"
@@ -184,6 +215,16 @@ def _hints(func: Callable[..., Any]) -> dict[str, Any]:
 
 def function_schema(func: Callable[..., Any]) -> dict[str, Any]:
     """The OpenAI tool schema of `func` (Swarm's `function_to_json`, extended)."""
+    spec = tool_spec(func)
+    if spec.parameters is not None:
+        return {
+            "type": "function",
+            "function": {
+                "name": tool_name(func),
+                "description": spec.description or "",
+                "parameters": copy.deepcopy(spec.parameters),
+            },
+        }
     try:
         signature = inspect.signature(func)
     except ValueError as e:
@@ -219,7 +260,7 @@ def _model_schema_json(func: Callable[..., Any], name: str | None, description: 
     is asked for at every model call, and reading signatures and type hints is not cheap."""
     schema = function_schema(func)
     params = schema["function"]["parameters"]
-    for injected in INJECTED:
+    for injected in INJECTED if tool_spec(func).parameters is None else ():
         params["properties"].pop(injected, None)
         if injected in params["required"]:
             params["required"].remove(injected)
@@ -270,6 +311,8 @@ def parse_arguments(func: Callable[..., Any], raw: str) -> dict[str, Any]:
         raise ValueError(f"the arguments are not valid JSON ({e.msg} at position {e.pos})") from e
     if not isinstance(args, dict):
         raise ValueError(f"the arguments must be a JSON object, got {type(args).__name__}")
+    if tool_spec(func).parameters is not None:
+        return args
     try:
         model, _ = _arguments_model(func)
     except Exception:  # signatures pydantic cannot model are passed through as Swarm does
@@ -393,6 +436,7 @@ def execute_tool(
     updates both land in it, and it is returned as `ToolOutcome.context_variables`. A tool with
     an `idempotency_key` parameter receives `idempotency_key` (stable across retries and crash
     recovery in durable runs: run id and step number), so it can make its effect exactly once.
+    A `ToolUnavailableError` (the tool could not reach its server) is raised, not told the model.
     """
     args = _prepare(func, call, context_variables, idempotency_key)
     if isinstance(args, ToolOutcome):
@@ -415,6 +459,8 @@ def execute_tool(
             return _finish(call, context_variables, value)
         except concurrent.futures.TimeoutError:
             return _timed_out(call, context_variables, spec.timeout)
+        except ToolUnavailableError:
+            raise
         except Exception as e:
             if not remaining:
                 return _failed(call, context_variables, e)
@@ -447,6 +493,8 @@ async def execute_tool_async(
             return _finish(call, context_variables, value)
         except asyncio.TimeoutError:
             return _timed_out(call, context_variables, spec.timeout)
+        except ToolUnavailableError:
+            raise
         except Exception as e:
             if not remaining:
                 return _failed(call, context_variables, e)

@@ -17,6 +17,7 @@ from openai.types.chat.chat_completion_message_tool_call import (
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from . import _registry
+from .tools import ToolSource
 
 __all__ = [
     "Agent",
@@ -47,7 +48,8 @@ class Agent(BaseModel):
     name: str = "Agent"
     model: str = "gpt-4o"
     instructions: str | Callable[..., str] | Any = "You are a helpful agent."
-    functions: list[AgentFunction] = []
+    functions: list[AgentFunction | ToolSource] = []
+    """Tool functions, and tool sources such as `toolkit.MCPTools` (an MCP server's tools)."""
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool = True
     handoffs: list[Any] = []
@@ -70,7 +72,8 @@ class Agent(BaseModel):
         if self.skills:
             from .toolkit import skill_tools
 
-            skill_tools(self.skills, self.functions)  # tool-name clashes fail here, not mid-run
+            functions = [f for f in self.functions if not isinstance(f, ToolSource)]
+            skill_tools(self.skills, functions)  # tool-name clashes fail here, not mid-run
         _registry.register(self)
 
     def register_hand_off(self, hand_to: Any) -> None:

@@ -34,6 +34,8 @@ SAMPLES = [
     errors.ContextExpressionError("bad expression"),
     errors.SkillCompositionError("two tools named x"),
     errors.WorkspaceError("outside the workspace"),
+    errors.ToolUnavailableError("the printer is off"),
+    errors.MCPServerUnavailableError("ledger", "ConnectError: refused (3 attempts)"),
 ]
 
 

@@ -6,12 +6,15 @@ import durable_swarm.toolkit as toolkit
 
 PUBLIC = [
     "FileTools",
+    "MCPTools",
+    "ShellTool",
     "Skill",
     "SkillCompositionError",
     "WorkspaceError",
     "skill",
     "skill_instructions",
     "skill_tools",
+    "source_tools",
     "tool",
 ]
 

@@ -1,10 +1,12 @@
 """The durable run: a DBOS workflow that drives the shared turn loop through DBOS steps.
 
-Each model call is one step (`model:<agent>`), each tool call one step (`tool:<name>`). Step
-outputs are JSON: the assistant message (and token usage); the tool message, the changes the
-tool made to the context (so in-place changes replay without running the tool) and the handoff
-target by agent name and fingerprint. Replaying the recorded outputs through the same loop
-rebuilds the run's state exactly, which is how a killed process resumes.
+Each model call is one step (`model:<agent>`), each tool call one step (`tool:<name>`), and the
+tool list of each MCP server the run meets one step (`tools:<server>`), so a replay offers the
+same tools even if the server changed. Step outputs are JSON: the assistant message (and token
+usage); the tool message, the changes the tool made to the context (so in-place changes replay
+without running the tool) and the handoff target by agent name and fingerprint. Replaying the
+recorded outputs through the same loop rebuilds the run's state exactly, which is how a killed
+process resumes.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from .._aio import in_thread, is_async_callable
 from ..errors import AgentNotFoundError, DurableSwarmError, ToolResultNotSerializableError
 from ..handoffs import AfterWork, AfterWorkOption
 from ..human import arguments_digest
-from ..loop import ModelCall, ToolCall, Transition, WaitForInput, turn_loop
+from ..loop import ListTools, ModelCall, ToolCall, Transition, WaitForInput, turn_loop
 from ..runtime import _debug_tool, adrive
 from ..subagents import delegation_task, final_answer, is_delegation
 from ..tools import (
@@ -327,6 +329,13 @@ class DurableRuntime:
             {"name": f"handoff:{effect.source}->{effect.target or effect.reason}"},
             lambda: event,
         )
+
+    async def alist_tools(self, effect: ListTools) -> list[dict[str, Any]]:
+        """A tool list, recorded as a step: replays see the list the run first met."""
+        listing: list[dict[str, Any]] = await DBOS.run_step_async(
+            {"name": f"tools:{effect.source.name}"}, effect.source.alist_tools
+        )
+        return listing
 
     async def acall_tool(self, effect: ToolCall) -> ToolOutcome:
         name = effect.call["function"]["name"]

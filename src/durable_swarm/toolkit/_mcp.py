@@ -1,0 +1,587 @@
+"""MCP servers as tools: `MCPTools` offers a server's tools to an agent, each call a tool step.
+
+Connections live on one event loop of their own, on a daemon thread of this process, so runs on
+any thread and any event loop (plain `Swarm.run`, `Swarm.arun`, DBOS's loop for durable runs)
+share them: a connection is opened on first use, reused across runs, reopened when its server
+died, and closed when the process exits (or by `MCPTools.close()`).
+
+The official `mcp` package (2.x) does the protocol; it is the optional extra `mcp`
+(`pip install 'durable-swarm[mcp]'`) and is imported only when a server is first used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import json
+import logging
+import os
+import re
+import threading
+import weakref
+from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..errors import MCPServerUnavailableError
+from ..tools import TOOL_SPEC_ATTR, ToolSource, ToolSpec, tool_name
+from ._skill import SkillCompositionError
+from ._tool import check_tool_name, describe_callable
+
+__all__ = ["IDEMPOTENCY_META_KEY", "MCPTools", "source_tools"]
+
+logger = logging.getLogger("durable_swarm")
+
+T = TypeVar("T")
+
+IDEMPOTENCY_META_KEY = "idempotency_key"
+"""The `_meta` key of a `tools/call` request that carries the call's idempotency key."""
+
+# A server that cannot be reached is tried this often, waiting 1 s then 2 s (as a model call).
+ATTEMPTS = 3
+FIRST_DELAY_SECONDS = 1.0
+BACKOFF = 2.0
+LIST_PAGE_LIMIT = 100
+
+_LAUNCHERS = {"python", "python3", "node", "npx", "uv", "uvx", "bun", "deno", "docker", "bunx"}
+_INVALID_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def _require_mcp() -> None:
+    try:
+        import mcp  # noqa: F401
+    except ImportError as e:
+        raise ImportError(
+            "MCPTools needs the `mcp` package (2.x): pip install 'durable-swarm[mcp]'"
+        ) from e
+
+
+class _Background:
+    """The process's event loop for MCP connections, on a daemon thread started on first use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self.sources: weakref.WeakSet[MCPTools] = weakref.WeakSet()
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._pid != os.getpid():  # first use, or a forked child
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name="durable-swarm-mcp", daemon=True
+                )
+                thread.start()
+                self._loop, self._thread, self._pid = loop, thread, os.getpid()
+                self.sources = weakref.WeakSet()
+            return self._loop
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        loop = self.loop()
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("MCPTools cannot be called from its own connection thread")
+        return asyncio.run_coroutine_threadsafe(coro, loop)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` on the connection loop and wait for it (from any thread)."""
+        return self._submit(coro).result()
+
+    async def arun(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` on the connection loop and await it from another event loop."""
+        return await asyncio.wrap_future(self._submit(coro))
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Close every open connection, then stop the loop (registered with `atexit`)."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            if loop is None or thread is None or self._pid != os.getpid():
+                return
+            self._loop = self._thread = None
+        sources = list(self.sources)
+        if sources:
+
+            async def close_all() -> None:
+                await asyncio.gather(*(s._aclose() for s in sources), return_exceptions=True)
+
+            try:
+                asyncio.run_coroutine_threadsafe(close_all(), loop).result(timeout)
+            except Exception as e:  # closing is best effort at exit
+                logger.debug("Closing MCP connections at exit failed: %r", e)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout)
+
+
+_BACKGROUND = _Background()
+atexit.register(_BACKGROUND.shutdown)
+
+
+def _describe_error(error: BaseException) -> str:
+    """`Type: message` of the innermost cause (task groups wrap errors in exception groups)."""
+    while isinstance(getattr(error, "exceptions", None), (list, tuple)) and error.exceptions:  # type: ignore[attr-defined]
+        error = error.exceptions[0]  # type: ignore[attr-defined]
+    return f"{type(error).__name__}: {error}"
+
+
+def _connection_lost(error: BaseException) -> bool:
+    """True when `error` means the server is gone (as opposed to refusing this one request)."""
+    import anyio
+    from mcp.shared.exceptions import MCPError
+    from mcp_types.jsonrpc import CONNECTION_CLOSED
+
+    inner = getattr(error, "exceptions", None)
+    if isinstance(inner, (list, tuple)):
+        return any(_connection_lost(e) for e in inner)
+    if isinstance(error, MCPError):
+        return error.code == CONNECTION_CLOSED
+    try:
+        import httpx2
+
+        if isinstance(error, httpx2.TransportError):
+            return True
+    except ImportError:  # pragma: no cover - httpx2 comes with mcp 2
+        pass
+    return isinstance(
+        error, (OSError, anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)
+    )
+
+
+def _default_name(command: Sequence[str] | None, url: str | None) -> str:
+    if url is not None:
+        from urllib.parse import urlsplit
+
+        raw = urlsplit(url).hostname or "mcp"
+    else:
+        assert command
+        words = [Path(w).name for w in command]
+        launcher = re.sub(r"[\d.]+$", "", words[0])
+        args = [w for w in words[1:] if not w.startswith("-")]
+        raw = Path(args[0]).stem if launcher in _LAUNCHERS and args else words[0]
+    return _INVALID_NAME_CHARS.sub("_", raw).strip("_") or "mcp"
+
+
+class MCPTool:
+    """One tool of an MCP server, as the agent offers it: calling it calls the server.
+
+    Built by `MCPTools.tools` from a recorded listing; it carries the server's JSON schema and
+    the approval setting in its `ToolSpec`. Returns the result as text for the model.
+    """
+
+    def __init__(self, source: MCPTools, descriptor: Mapping[str, Any]) -> None:
+        self.source = source
+        self.tool = str(descriptor["tool"])
+        self.__name__ = str(descriptor["name"])
+        self.__qualname__ = f"MCPTools({source.name!r}).{self.tool}"
+        spec = ToolSpec(
+            name=self.__name__,
+            description=str(descriptor.get("description") or ""),
+            needs_approval=source.needs_approval_for(self.tool),
+            parameters=dict(descriptor.get("parameters") or {}),
+        )
+        setattr(self, TOOL_SPEC_ATTR, spec)
+
+    def __call__(self, idempotency_key: str | None = None, **arguments: Any) -> str:
+        return self.source.call(self.tool, arguments, idempotency_key=idempotency_key)
+
+    def __repr__(self) -> str:
+        return f"<MCP tool {self.tool!r} of server {self.source.name!r}>"
+
+
+class MCPTools(ToolSource):
+    """The tools of an MCP server, for an agent's `functions`.
+
+    `MCPTools(command=["python", "server.py"], env={...})` starts the server as a child process and
+    talks to it over stdio; `MCPTools(url="http://host/mcp", headers={...})` talks streamable HTTP.
+    Put it in `Agent(functions=[...])`: the first time an agent with it takes a turn, the run
+    lists the server's tools (a step of its own, `tools:<name>`, in durable runs) and offers them
+    with the server's JSON schemas for the rest of the run, even if the server changes meanwhile.
+    Each call is a tool call like any other (one step in durable runs, never made again once it
+    finished); its idempotency key (run id and step) reaches the server in the request's
+    `_meta` as `"idempotency_key"`, so a server can make the effect happen once.
+
+    A result becomes the tool message: text as is, structured content as JSON when there is no
+    text, images, audio and binary resources as a short placeholder, cut to `max_result_chars`.
+    A tool error (`isError`) or a request the server refuses becomes an error message the model
+    reads. A server that cannot be reached (it does not start, refuses connections, or died and
+    does not come back) is tried 3 times, 1 s then 2 s apart; then `MCPServerUnavailableError`
+    names the server and fails the run at that step (a durable run resumes with `resume`).
+
+    Args:
+        command: the server's argument vector (stdio); exactly one of `command` and `url`.
+        url: the server's streamable HTTP endpoint.
+        env: environment variables for a stdio server, over the `mcp` package's minimal default
+            (the server does not inherit this process's environment).
+        cwd: working directory of a stdio server.
+        headers: HTTP headers sent with every request to `url` (e.g. authorization).
+        name: names the server in errors, in step names and as the key of its recorded tool list
+            (default: from the script's or host's name); unique among an agent's servers.
+        prefix: offer tools as `<prefix>_<tool>` (`True`: the server's name) to avoid clashes;
+            a clash with another tool of the agent is refused with an error naming both.
+        include: offer only these tools (by the server's names); `exclude`: never these.
+        needs_approval: `True` for every tool, or the names of the tools a person must approve.
+        timeout: seconds to connect and for each call to answer (a late answer is an error
+            message for the model).
+        max_result_chars: longest result text the model reads; longer results are cut.
+    """
+
+    def __init__(
+        self,
+        command: Sequence[str] | None = None,
+        *,
+        url: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        name: str | None = None,
+        prefix: bool | str = False,
+        include: Iterable[str] | None = None,
+        exclude: Iterable[str] = (),
+        needs_approval: bool | Collection[str] = False,
+        timeout: float = 60.0,
+        max_result_chars: int = 20_000,
+    ) -> None:
+        if (command is None) == (url is None):
+            raise ValueError(
+                "MCPTools takes exactly one of command=[...] (stdio) or url=... (HTTP)"
+            )
+        if command is not None:
+            if (
+                isinstance(command, str)
+                or not command
+                or not all(isinstance(w, str) for w in command)
+            ):
+                raise TypeError(
+                    f"MCPTools(command=...) is an argument vector such as ['python', 'server.py'], "
+                    f"got {command!r}"
+                )
+            if headers:
+                raise ValueError("MCPTools(headers=...) is for url=...; a stdio server takes env=")
+        elif not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ValueError(f"MCPTools(url=...) must be an http:// or https:// URL, got {url!r}")
+        elif env or cwd:
+            raise ValueError("MCPTools(env=..., cwd=...) are for a stdio server (command=[...])")
+        if not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ValueError(f"MCPTools(timeout=...) must be a positive number, got {timeout!r}")
+        if not (isinstance(max_result_chars, int) and max_result_chars > 0):
+            raise ValueError(
+                f"MCPTools(max_result_chars=...) must be a positive int, got {max_result_chars!r}"
+            )
+        self.command = list(command) if command is not None else None
+        self.url = url
+        self.env = dict(env) if env else None
+        self.cwd = os.fspath(cwd) if cwd is not None else None
+        self.headers = dict(headers) if headers else None
+        self.name = name or _default_name(command, url)
+        check_tool_name(self.name, self)
+        self.__name__ = f"mcp:{self.name}"  # how the agent registry names it
+        self.prefix = (self.name if prefix is True else prefix) or ""
+        self.include = None if include is None else frozenset(include)
+        self.exclude = frozenset(exclude)
+        if isinstance(needs_approval, str):
+            needs_approval = [needs_approval]
+        self._approval: bool | frozenset[str] = (
+            needs_approval if isinstance(needs_approval, bool) else frozenset(needs_approval)
+        )
+        self.timeout = float(timeout)
+        self.max_result_chars = max_result_chars
+        self._tools: dict[str, MCPTool] = {}
+        self._client: Any = None
+        self._stop: asyncio.Event | None = None
+        self._holder: asyncio.Task[None] | None = None
+        self._lock: asyncio.Lock | None = None
+
+    def __repr__(self) -> str:
+        where = f"url={self.url!r}" if self.url else f"command={self.command!r}"
+        return f"MCPTools({where}, name={self.name!r})"
+
+    def needs_approval_for(self, tool: str) -> bool:
+        """Whether a call of the server's tool `tool` waits for a person's approval."""
+        return self._approval if isinstance(self._approval, bool) else tool in self._approval
+
+    # -- listing -------------------------------------------------------------------------------
+
+    def list_tools(self) -> list[dict[str, Any]]:
+        """The tools the server offers now (filtered), as the JSON a run records: for each,
+        `name` (as offered to the model), `tool` (the server's name), `description` and
+        `parameters` (the server's input schema)."""
+        _require_mcp()
+        return _BACKGROUND.run(self._alist())
+
+    async def alist_tools(self) -> list[dict[str, Any]]:
+        """`list_tools` for async code."""
+        _require_mcp()
+        return await _BACKGROUND.arun(self._alist())
+
+    async def _alist(self) -> list[dict[str, Any]]:
+        async def fetch(client: Any) -> list[Any]:
+            tools: list[Any] = []
+            cursor = None
+            for _ in range(LIST_PAGE_LIMIT):
+                page = await client.list_tools(cursor=cursor)
+                tools += page.tools
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+            return tools
+
+        listing = [
+            self._describe(t) for t in await self._with_client(fetch) if self._offers(t.name)
+        ]
+        missing = (self.include or frozenset()) - {d["tool"] for d in listing}
+        if missing:
+            logger.warning(
+                "MCP server %r does not offer %s named in include=; it offers %s.",
+                self.name,
+                ", ".join(sorted(missing)),
+                ", ".join(d["tool"] for d in listing) or "no tools",
+            )
+        return listing
+
+    def _offers(self, tool: str) -> bool:
+        return (self.include is None or tool in self.include) and tool not in self.exclude
+
+    def _describe(self, tool: Any) -> dict[str, Any]:
+        offered = _INVALID_NAME_CHARS.sub(
+            "_", f"{self.prefix}_{tool.name}" if self.prefix else tool.name
+        )
+        schema = dict(tool.input_schema or {})
+        schema.pop("$schema", None)
+        schema.setdefault("type", "object")
+        schema.setdefault("properties", {})
+        return {
+            "name": offered,
+            "tool": tool.name,
+            "description": tool.description or tool.title or "",
+            "parameters": schema,
+        }
+
+    def tools(self, listing: list[dict[str, Any]]) -> list[Callable[..., Any]]:
+        """The callable tools for a recorded `listing` (one object per tool, reused)."""
+        made: list[Callable[..., Any]] = []
+        for descriptor in listing:
+            key = json.dumps(descriptor, sort_keys=True)
+            tool = self._tools.get(key)
+            if tool is None:
+                tool = self._tools[key] = MCPTool(self, descriptor)
+                check_tool_name(tool.__name__, tool)
+            made.append(tool)
+        return made
+
+    # -- calling -------------------------------------------------------------------------------
+
+    def call(
+        self, tool: str, arguments: Mapping[str, Any], *, idempotency_key: str | None = None
+    ) -> str:
+        """Call the server's tool `tool`; return the text the model reads as the result.
+
+        Raises `MCPServerUnavailableError` when the server cannot be reached after retries.
+        """
+        _require_mcp()
+        return _BACKGROUND.run(self._acall(tool, dict(arguments), idempotency_key))
+
+    async def _acall(self, tool: str, arguments: dict[str, Any], key: str | None) -> str:
+        from mcp.shared.exceptions import MCPError
+
+        meta = {IDEMPOTENCY_META_KEY: key} if key else None
+
+        async def send(client: Any) -> Any:
+            return await client.call_tool(
+                tool, arguments, read_timeout_seconds=self.timeout, meta=meta
+            )
+
+        try:
+            result = await self._with_client(send)
+        except MCPServerUnavailableError:
+            raise
+        except MCPError as e:
+            return self._cut(
+                f"Error: MCP server {self.name!r} refused tool {tool}: {e.error.message}"
+            )
+        except TimeoutError:
+            return (
+                f"Error: MCP tool {tool} on server {self.name!r} did not answer within "
+                f"{self.timeout:g} seconds."
+            )
+        text = _result_text(result)
+        if result.is_error:
+            text = f"Error: MCP tool {tool} on server {self.name!r} failed: {text or 'no details'}"
+        return self._cut(text)
+
+    def _cut(self, text: str) -> str:
+        if len(text) <= self.max_result_chars:
+            return text
+        cut = len(text) - self.max_result_chars
+        return (
+            f"{text[: self.max_result_chars]}\n[... {cut} more characters cut: the result is "
+            f"longer than {self.max_result_chars} characters]"
+        )
+
+    # -- the connection ------------------------------------------------------------------------
+
+    async def _with_client(self, request: Callable[[Any], Coroutine[Any, Any, T]]) -> T:
+        """`request(client)` on a live connection; a lost or refused connection is reopened and
+        the request sent again (3 attempts, 1 s then 2 s apart)."""
+        last: BaseException | None = None
+        delay = FIRST_DELAY_SECONDS
+        for attempt in range(ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(delay)
+                delay *= BACKOFF
+            try:
+                client = await self._connected()
+            except Exception as e:
+                last = e
+                logger.info("MCP server %r: connecting failed (%s)", self.name, _describe_error(e))
+                continue
+            try:
+                return await request(client)
+            except Exception as e:
+                if not _connection_lost(e):
+                    raise
+                last = e
+                logger.info("MCP server %r: connection lost (%s)", self.name, _describe_error(e))
+                await self._aclose()
+        assert last is not None
+        where = f"at {self.url}" if self.url else f"started as {' '.join(self.command or [])!r}"
+        raise MCPServerUnavailableError(
+            self.name, f"{_describe_error(last)} ({where}; {ATTEMPTS} attempts)"
+        )
+
+    async def _connected(self) -> Any:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._client is not None and self._holder is not None and not self._holder.done():
+                return self._client
+            await self._aclose()
+            ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._stop = asyncio.Event()
+            self._holder = asyncio.create_task(self._hold(ready, self._stop))
+            try:
+                self._client = await asyncio.wait_for(asyncio.shield(ready), self.timeout)
+            except BaseException:
+                await self._aclose()
+                raise
+            _BACKGROUND.sources.add(self)
+            return self._client
+
+    async def _hold(self, ready: asyncio.Future[Any], stop: asyncio.Event) -> None:
+        """Open the connection, hand it over through `ready`, keep it open until `stop` (the
+        transports must be entered and left by one task)."""
+        from mcp import Client
+
+        try:
+            if self.url is not None:
+                import httpx2
+                from mcp.client.streamable_http import streamable_http_client
+
+                timeout = httpx2.Timeout(30.0, read=300.0)
+                async with httpx2.AsyncClient(headers=self.headers, timeout=timeout) as http:
+                    transport = streamable_http_client(self.url, http_client=http)
+                    async with Client(
+                        transport, read_timeout_seconds=self.timeout, cache=None
+                    ) as client:
+                        ready.set_result(client)
+                        await stop.wait()
+            else:
+                from mcp.client.stdio import StdioServerParameters
+
+                assert self.command is not None
+                params = StdioServerParameters(
+                    command=self.command[0], args=self.command[1:], env=self.env, cwd=self.cwd
+                )
+                async with Client(params, read_timeout_seconds=self.timeout, cache=None) as client:
+                    ready.set_result(client)
+                    await stop.wait()
+        except Exception as e:
+            if not ready.done():
+                ready.set_exception(e)
+            else:
+                logger.debug("MCP server %r: connection ended (%s)", self.name, _describe_error(e))
+
+    async def _aclose(self) -> None:
+        holder, stop = self._holder, self._stop
+        self._client = self._holder = self._stop = None
+        if holder is None or stop is None:
+            return
+        stop.set()
+        try:
+            await asyncio.wait_for(holder, self.timeout)
+        except BaseException as e:  # a transport that does not close in time is abandoned
+            logger.debug("MCP server %r: closing failed (%s)", self.name, _describe_error(e))
+            holder.cancel()
+
+    def close(self) -> None:
+        """Close the connection (stops a stdio server); the next use opens a new one."""
+        if self._holder is not None:
+            _BACKGROUND.run(self._aclose())
+
+    async def aclose(self) -> None:
+        """`close` for async code."""
+        if self._holder is not None:
+            await _BACKGROUND.arun(self._aclose())
+
+
+def _result_text(result: Any) -> str:
+    """A `CallToolResult` as text: text blocks as they are, other content as placeholders,
+    structured content as JSON when there is no text."""
+    parts: list[str] = []
+    for block in result.content:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(block.text)
+        elif kind in ("image", "audio"):
+            size = len(block.data) * 3 // 4
+            parts.append(f"[{kind} {block.mime_type}, about {size} bytes, not shown]")
+        elif kind == "resource":
+            resource = block.resource
+            text = getattr(resource, "text", None)
+            if text is not None:
+                parts.append(text)
+            else:
+                size = len(getattr(resource, "blob", "")) * 3 // 4
+                mime = getattr(resource, "mime_type", None) or "binary"
+                parts.append(f"[resource {resource.uri} ({mime}), about {size} bytes, not shown]")
+        elif kind == "resource_link":
+            parts.append(f"[resource {block.uri}: {block.name}]")
+    if not parts and result.structured_content is not None:
+        return json.dumps(result.structured_content, ensure_ascii=False)
+    return "\n".join(parts)
+
+
+def source_tools(
+    sources: Iterable[ToolSource],
+    tool_lists: Mapping[str, list[dict[str, Any]]],
+    functions: Sequence[Callable[..., Any]] = (),
+) -> list[Callable[..., Any]]:
+    """The tools `sources` add to an agent whose other tools are `functions`, built from the
+    recorded `tool_lists` (by source name; a source not listed yet adds nothing).
+
+    Raises:
+        SkillCompositionError: two sources share a name, or a tool name is offered twice.
+    """
+    owners = {tool_name(f): f"the agent's tool {describe_callable(f)}" for f in functions}
+    seen: dict[str, ToolSource] = {}
+    added: list[Callable[..., Any]] = []
+    for source in sources:
+        if seen.setdefault(source.name, source) is not source:
+            raise SkillCompositionError(
+                f"Two tool sources of one agent are named {source.name!r}: {seen[source.name]!r} "
+                f"and {source!r}. Give one another name (MCPTools(..., name=...)).",
+                name=source.name,
+            )
+        for func in source.tools(tool_lists.get(source.name, [])):
+            name = tool_name(func)
+            if name in owners:
+                raise SkillCompositionError(
+                    f"Tool name {name!r} is offered twice: by MCP server {source.name!r} and by "
+                    f"{owners[name]}. Give the server a prefix (MCPTools(..., prefix=True)) or "
+                    f"leave its tool out (MCPTools(..., exclude=[...])).",
+                    name=name,
+                )
+            owners[name] = f"MCP server {source.name!r}"
+            added.append(func)
+    return added

@@ -1,0 +1,159 @@
+"""ShellTool: argument vectors run in the workspace, the allow list, timeouts that kill the whole
+process group, output caps, the scrubbed environment, approval by default, and its schema."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_swarm import Agent, ShellTool, Swarm
+from durable_swarm.testing import ScriptedClient, ToolCall, calls, text
+from durable_swarm.toolkit._shell import _working_bwrap
+from durable_swarm.tools import model_tool_schema, tool_spec
+
+
+def test_a_command_runs_in_the_workspace_and_reports_its_exit_code(tmp_path: Path):
+    (tmp_path / "a.txt").write_text("hello\n")
+    shell = ShellTool(tmp_path, sandbox=False)
+    assert shell(["cat", "a.txt"]) == "exit code 0\nhello\n"
+    assert shell(["pwd"]) == f"exit code 0\n{tmp_path.resolve()}\n"
+    assert shell(["sh", "-c", "echo oops >&2; exit 3"]) == "exit code 3\noops\n"
+    assert shell(["true"]) == "exit code 0"
+
+
+def test_an_argument_vector_is_not_a_shell_string(tmp_path: Path):
+    shell = ShellTool(tmp_path, sandbox=False)
+    assert shell(["echo", "$HOME", "*", "a;b"]) == "exit code 0\n$HOME * a;b\n"
+    assert shell("echo hi").startswith("Error: command must be a non-empty list of strings")
+    assert shell([]).startswith("Error: command must be a non-empty list")
+    assert shell(["echo", 3]).startswith("Error: command must be a non-empty list")
+    assert shell(["no-such-program-here"]) == (
+        "Error: program 'no-such-program-here' was not found on PATH."
+    )
+
+
+def test_a_shell_string_only_when_asked(tmp_path: Path):
+    shell = ShellTool(tmp_path, shell=True, sandbox=False)
+    assert shell("echo one two | wc -w") == "exit code 0\n2\n"
+    schema = model_tool_schema(shell)["function"]["parameters"]
+    assert schema["properties"]["command"]["type"] == "string"
+    with pytest.raises(ValueError, match="cannot check which programs"):
+        ShellTool(tmp_path, shell=True, allow=["ls"])
+
+
+def test_only_allowed_programs_run(tmp_path: Path):
+    shell = ShellTool(tmp_path, allow=["echo", "ls"], sandbox=False)
+    assert shell(["echo", "ok"]) == "exit code 0\nok\n"
+    assert shell(["rm", "-rf", "."]) == (
+        "Error: program 'rm' is not allowed here; allowed programs: echo, ls."
+    )
+    assert shell(["/bin/rm", "x"]).startswith("Error: program '/bin/rm' is not allowed")
+    assert "Only these programs may run: echo, ls." in tool_spec(shell).description
+
+
+def test_a_command_that_runs_too_long_is_killed_with_its_children(tmp_path: Path):
+    shell = ShellTool(tmp_path, timeout=1, sandbox=False)
+    started = time.monotonic()
+    # a child in the background keeps running unless the whole group is killed
+    answer = shell(["sh", "-c", "echo started; (sleep 30; touch late.txt) & sleep 30"])
+    assert time.monotonic() - started < 25
+    assert answer == "Error: the command timed out after 1 seconds and was killed.\nstarted\n"
+    time.sleep(0.2)
+    assert not (tmp_path / "late.txt").exists()
+
+
+def test_output_is_cut_to_max_output_chars(tmp_path: Path):
+    shell = ShellTool(tmp_path, max_output_chars=10, sandbox=False)
+    answer = shell(["sh", "-c", "head -c 100000 /dev/zero | tr '\\0' a"])
+    assert answer.startswith("exit code 0\naaaaaaaaaa\n[... output cut: 99990 more")
+
+
+def test_the_environment_is_scrubbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("SECRET_TOKEN", "do-not-leak")
+    shell = ShellTool(tmp_path, env={"MODE": "test"}, sandbox=False)
+    names = set(shell(["env"]).splitlines()[1:])
+    keys = {line.split("=", 1)[0] for line in names}
+    assert keys == {"PATH", "HOME", "LANG", "TERM", "MODE"}
+    assert f"HOME={tmp_path.resolve()}" in names and "MODE=test" in names
+
+
+def test_it_needs_approval_by_default_and_a_rejected_command_never_runs(tmp_path: Path):
+    asked: list[dict[str, Any]] = []
+
+    def reject(call: dict[str, Any]) -> bool:
+        asked.append(call)
+        return False
+
+    client = ScriptedClient(
+        [calls(ToolCall("run_command", {"command": ["touch", "made.txt"]}, id="t")), text("ok")]
+    )
+    agent = Agent(name="Ops", functions=[ShellTool(tmp_path)])
+    Swarm(client, approve_fn=reject).run(agent, [{"role": "user", "content": "touch"}])
+    assert [c["id"] for c in asked] == ["t"]
+    assert not (tmp_path / "made.txt").exists()
+
+    approved = ScriptedClient(
+        [calls(ToolCall("run_command", {"command": ["touch", "made.txt"]}, id="t")), text("ok")]
+    )
+    Swarm(approved, approve_fn=lambda call: True).run(agent, [{"role": "user", "content": "go"}])
+    assert (tmp_path / "made.txt").exists()
+    assert not tool_spec(ShellTool(tmp_path, needs_approval=False)).needs_approval
+
+
+def test_the_schema_offered_to_the_model(tmp_path: Path):
+    function = model_tool_schema(ShellTool(tmp_path, timeout=5, name="sh"))["function"]
+    assert function["name"] == "sh"
+    assert function["parameters"] == {
+        "type": "object",
+        "properties": {
+            "command": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": 'The program and its arguments, e.g. ["ls", "-la"].',
+            }
+        },
+        "required": ["command"],
+    }
+    assert "stopped after 5 seconds" in function["description"]
+
+
+def test_bad_configurations_are_refused(tmp_path: Path):
+    with pytest.raises(ValueError, match="not a directory"):
+        ShellTool(tmp_path / "missing")
+    with pytest.raises(TypeError, match="list of program names"):
+        ShellTool(tmp_path, allow="ls")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="timeout"):
+        ShellTool(tmp_path, timeout=0)
+    with pytest.raises(ValueError, match="not valid"):
+        ShellTool(tmp_path, name="run it")
+
+
+@pytest.mark.skipif(
+    _working_bwrap().startswith("Error"), reason="bubblewrap cannot sandbox on this machine"
+)
+def test_under_bubblewrap_only_the_workspace_is_writable(tmp_path: Path):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    shell = ShellTool(workspace, sandbox=True)
+    assert shell(["touch", "inside.txt"]) == "exit code 0"
+    assert (workspace / "inside.txt").exists()
+    # /tmp is private to the command, the rest of the file system read-only
+    assert shell(["touch", str(tmp_path / "outside.txt")]) == "exit code 0"
+    assert not (tmp_path / "outside.txt").exists()
+    answer = shell(["touch", str(Path.home() / "durable-swarm-sandbox-test")])
+    assert answer.startswith("exit code 1") and "Read-only file system" in answer
+    assert not (Path.home() / "durable-swarm-sandbox-test").exists()
+
+
+def test_sandbox_true_without_bubblewrap_is_refused(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on this PATH
+    _working_bwrap.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=r"needs bubblewrap .* not installed"):
+            ShellTool(tmp_path, sandbox=True)
+        assert ShellTool(tmp_path).bwrap is None  # sandbox=None: runs commands directly
+    finally:
+        _working_bwrap.cache_clear()
