@@ -18,6 +18,8 @@ import json
 import logging
 import os
 import re
+import subprocess
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping, Sequence
@@ -487,13 +489,16 @@ class MCPTools(ToolSource):
                         ready.set_result(client)
                         await stop.wait()
             else:
-                from mcp.client.stdio import StdioServerParameters
+                from mcp.client.stdio import StdioServerParameters, stdio_client
 
                 assert self.command is not None
                 params = StdioServerParameters(
                     command=self.command[0], args=self.command[1:], env=self.env, cwd=self.cwd
                 )
-                async with Client(params, read_timeout_seconds=self.timeout, cache=None) as client:
+                transport = stdio_client(params, errlog=_server_errlog())
+                async with Client(
+                    transport, read_timeout_seconds=self.timeout, cache=None
+                ) as client:
                     ready.set_result(client)
                     await stop.wait()
         except Exception as e:
@@ -523,6 +528,19 @@ class MCPTools(ToolSource):
         """`close` for async code."""
         if self._holder is not None:
             await _BACKGROUND.arun(self._aclose())
+
+
+def _server_errlog() -> Any:
+    """Where a stdio server's stderr goes: this process's stderr when it is a real file (not
+    when something, such as a test runner or a notebook, replaced it), else the original one."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (AttributeError, OSError, ValueError):
+            continue
+    return subprocess.DEVNULL
 
 
 def _result_text(result: Any) -> str:
