@@ -56,7 +56,10 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as scratch:
         agent = notes_agent(Path(scratch) / "notes.json")
         try:
-            for line in ["Remember that the staging server moved to Oslo.", "What do you remember?"]:
+            for line in [
+                "Remember that the staging server moved to Oslo.",
+                "What do you remember?",
+            ]:
                 response = swarm.run(agent=agent, messages=[{"role": "user", "content": line}])
                 print(f"User: {line}")
                 print(f"{response.agent.name}: {response.messages[-1]['content']}")

@@ -9,6 +9,7 @@ arguments and exceptions in the tool become an error message the model can read.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import concurrent.futures
 import copy
@@ -107,7 +108,7 @@ class ToolSpec:
     parameters: dict[str, Any] | None = None
 
 
-class ToolSource:
+class ToolSource(abc.ABC):
     """A bundle of tools that are only known at run time (an MCP server: `toolkit.MCPTools`).
 
     It goes in an agent's `functions`. The first time an agent with it takes a turn, the loop asks
@@ -118,17 +119,17 @@ class ToolSource:
 
     name: str
 
+    @abc.abstractmethod
     def list_tools(self) -> list[dict[str, Any]]:
         """The tools offered now, as JSON (the listing a run records)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def alist_tools(self) -> list[dict[str, Any]]:
         """`list_tools` for async code."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def tools(self, listing: list[dict[str, Any]]) -> list[Callable[..., Any]]:
         """The tool functions for a recorded `listing`."""
-        raise NotImplementedError
 
 
 TOOL_SPEC_ATTR = "__durable_swarm_tool__"

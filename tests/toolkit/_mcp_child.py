@@ -2,7 +2,8 @@
 
 It builds a `DurableSwarm` on the config's database, talking to the fake model server at
 `base_url`, with an agent whose one tool is the MCP test server (`tool: "mcp"`, over stdio; with
-`changed`, the server offers one more tool) or a `ShellTool` (`tool: "shell"`), then:
+`changed`, the server offers one more tool), the one at `url` (`tool: "mcp-http"`) or a
+`ShellTool` (`tool: "shell"`), then:
 
 * `run`: runs the conversation as `run_id` (the test kills it with SIGKILL meanwhile);
 * `recover`: launches (DBOS recovers the runs this executor left pending) and waits for `run_id`.
@@ -28,12 +29,14 @@ SERVER = str(Path(__file__).with_name("_mcp_server.py"))
 
 
 def agent(config: dict[str, Any]) -> Agent:
-    if config["tool"] == "mcp":
+    if config["tool"] == "mcp-http":
+        tool: Any = MCPTools(url=config["url"], name="tests")
+    elif config["tool"] == "mcp":
         env = {
             "MCP_TEST_LOG": config["log"],
             **({"MCP_TEST_EXTRA": "1"} if config.get("changed") else {}),
         }
-        tool: Any = MCPTools(command=[sys.executable, SERVER], env=env, name="tests")
+        tool = MCPTools(command=[sys.executable, SERVER], env=env, name="tests")
     else:
         tool = ShellTool(config["work_dir"], needs_approval=False)
     return Agent(name="Worker", functions=[tool])

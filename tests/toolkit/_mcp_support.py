@@ -6,12 +6,12 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from _support.procs import wait_for
 from durable_swarm.toolkit import MCPTools
 
 SERVER = str(Path(__file__).with_name("_mcp_server.py"))
@@ -22,15 +22,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def wait_for(condition: Any, what: str, timeout: float = STARTUP_TIMEOUT) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
-    return value
 
 
 def accepts(port: int) -> bool:
@@ -52,7 +43,11 @@ def http_server(log: Path, port: int | None = None, **env: str) -> Iterator[str]
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_for(lambda: accepts(port) or process.poll() is not None, "the MCP HTTP server")
+        wait_for(
+            lambda: accepts(port) or process.poll() is not None,
+            "the MCP HTTP server",
+            timeout=STARTUP_TIMEOUT,
+        )
         assert process.poll() is None, "the MCP HTTP server exited at start"
         yield f"http://127.0.0.1:{port}/mcp"
     finally:

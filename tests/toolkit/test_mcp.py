@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from _support.procs import wait_for
 from durable_swarm import Agent, MCPServerUnavailableError, Swarm
 from durable_swarm.testing import ScriptedClient, ToolCall, calls, text
 from durable_swarm.toolkit import MCPTools, SkillCompositionError
@@ -256,8 +257,6 @@ def test_connections_are_closed_by_close_and_reopened_on_next_use(tmp_path: Path
 
 
 def wait_gone(pid: int) -> None:
-    from ._mcp_support import wait_for
-
     def gone() -> bool:
         try:
             os.kill(pid, 0)

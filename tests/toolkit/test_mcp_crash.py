@@ -12,14 +12,16 @@ import signal
 import subprocess
 import sys
 import uuid
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from _support.procs import wait_for
 from durable_swarm.testing import FakeOpenAIServer, Fault, ToolCall, calls, text
 
-from ._mcp_support import lines, wait_for
+from ._mcp_support import free_port, http_server, lines
 
 pytestmark = pytest.mark.crash
 
@@ -27,6 +29,7 @@ CHILD = str(Path(__file__).with_name("_mcp_child.py"))
 TIMEOUT = 120.0
 TOOL_CALLS = {
     "mcp": ToolCall("append_line", {"text": "charged"}, id="effect"),
+    "mcp-http": ToolCall("append_line", {"text": "charged"}, id="effect"),
     "shell": ToolCall(
         "run_command", {"command": ["sh", "-c", "echo charged >> effects.txt"]}, id="effect"
     ),
@@ -62,7 +65,7 @@ def offered(request: dict[str, Any]) -> list[str]:
     return [t["function"]["name"] for t in request.get("tools") or []]
 
 
-@pytest.mark.parametrize("tool", ["mcp", "shell"])
+@pytest.mark.parametrize("tool", ["mcp", "mcp-http", "shell"])
 def test_a_finished_tool_call_is_not_made_again_after_a_crash(
     tool: str, make_database_url, tmp_path: Path
 ):
@@ -70,10 +73,16 @@ def test_a_finished_tool_call_is_not_made_again_after_a_crash(
     work.mkdir()
     mcp_log = tmp_path / "mcp-calls.jsonl"
     model = Model(tool)
-    with FakeOpenAIServer(model) as server:
+    port = free_port()
+    with ExitStack() as servers:
+        server = servers.enter_context(FakeOpenAIServer(model))
+        mcp_server = servers.enter_context(ExitStack())
+        if tool == "mcp-http":
+            mcp_server.enter_context(http_server(mcp_log, port))
         config = {
             "tool": tool,
-            "database_url": make_database_url(f"crash_{tool}"),
+            "url": f"http://127.0.0.1:{port}/mcp",
+            "database_url": make_database_url(f"crash_{tool.replace('-', '_')}"),
             "base_url": server.base_url,
             "run_id": f"crash-{tool}-{uuid.uuid4().hex[:8]}",
             "executor_id": f"mcp-crash-{uuid.uuid4().hex[:8]}",
@@ -87,7 +96,7 @@ def test_a_finished_tool_call_is_not_made_again_after_a_crash(
             wait_for(
                 lambda: model.after_tool or first.poll() is not None,
                 "the model call after the tool",
-                TIMEOUT,
+                timeout=TIMEOUT,
             )
             assert first.poll() is None, output.read_text()[-4000:]
         finally:
@@ -95,12 +104,15 @@ def test_a_finished_tool_call_is_not_made_again_after_a_crash(
             first.wait()
 
         def effects() -> list[Any]:
-            if tool == "mcp":
+            if tool != "shell":
                 return lines(mcp_log)
             path = work / "effects.txt"
             return path.read_text().splitlines() if path.exists() else []
 
         assert len(effects()) == 1
+        if tool == "mcp-http":  # the server changes: restarted with one more tool
+            mcp_server.close()
+            servers.enter_context(http_server(mcp_log, port, MCP_TEST_EXTRA="1"))
         second = spawn({**config, "action": "recover", "changed": True}, output)
         try:
             code = second.wait(TIMEOUT)
@@ -114,15 +126,15 @@ def test_a_finished_tool_call_is_not_made_again_after_a_crash(
 
     assert result["status"] == "succeeded", result["error"]
     assert len(effects()) == 1  # the finished call was not made again
-    if tool == "mcp":
+    if tool != "shell":
         assert effects()[0]["key"].startswith(config["run_id"] + ":")
     tool_message = next(m for m in result["messages"] if m["role"] == "tool")
-    expected = "appended 'charged'" if tool == "mcp" else "exit code 0"
+    expected = "exit code 0" if tool == "shell" else "appended 'charged'"
     assert tool_message["content"] == expected
     assert result["messages"][-1]["content"] == "done"
     # model calls: the first once, the held one (in flight at the kill) again after recovery
     assert len(requests) == 3
-    if tool == "mcp":
+    if tool != "shell":
         # the recovered run offered the tool list it recorded, not the changed server's
         assert offered(requests[2]) == offered(requests[0])
         assert "multiply" not in offered(requests[2])

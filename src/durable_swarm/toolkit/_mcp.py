@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping, 
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import MCPServerUnavailableError
+from ..errors import DurableSwarmError, MCPServerUnavailableError
 from ..tools import TOOL_SPEC_ATTR, ToolSource, ToolSpec, tool_name
 from ._skill import SkillCompositionError
 from ._tool import check_tool_name, describe_callable
@@ -314,7 +314,6 @@ class MCPTools(ToolSource):
 
     async def alist_tools(self) -> list[dict[str, Any]]:
         """`list_tools` for async code."""
-        _require_mcp()
         return await _BACKGROUND.arun(self._alist())
 
     async def _alist(self) -> list[dict[str, Any]]:
@@ -329,9 +328,18 @@ class MCPTools(ToolSource):
                     break
             return tools
 
-        listing = [
-            self._describe(t) for t in await self._with_client(fetch) if self._offers(t.name)
-        ]
+        try:
+            tools = await self._with_client(fetch)
+        except MCPServerUnavailableError:
+            raise
+        except Exception as e:
+            raise DurableSwarmError(
+                f"MCP server {self.name!r} did not list its tools ({_describe_error(e)}); check "
+                "that it is an MCP server that offers tools. A durable run stopped at this step "
+                "and resumes with resume(run_id).",
+                server=self.name,
+            ) from e
+        listing = [self._describe(t) for t in tools if self._offers(t.name)]
         missing = (self.include or frozenset()) - {d["tool"] for d in listing}
         if missing:
             logger.warning(
@@ -381,7 +389,6 @@ class MCPTools(ToolSource):
 
         Raises `MCPServerUnavailableError` when the server cannot be reached after retries.
         """
-        _require_mcp()
         return _BACKGROUND.run(self._acall(tool, dict(arguments), idempotency_key))
 
     async def _acall(self, tool: str, arguments: dict[str, Any], key: str | None) -> str:
