@@ -20,6 +20,7 @@ Run: `python examples/refund/main.py` (or `durable-swarm demo refund`).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -67,10 +68,12 @@ def _work(step: str, detail: str, idempotency_key: str | None = None) -> None:
 
 
 def look_up_order(customer: str, idempotency_key: str) -> str:
-    """Find the customer's most recent order."""
+    """Find the customer's most recent order (each refund run is about its own order)."""
     _work("look_up_order", f"finding {customer}'s latest order", idempotency_key)
+    run_id = idempotency_key.rsplit(":", 1)[0]
+    number = 1000 + int(hashlib.sha256(run_id.encode()).hexdigest(), 16) % 9000
     return json.dumps(
-        {"order_id": "A-1042", "amount": 89.90, "item": "noise-cancelling headphones"}
+        {"order_id": f"A-{number}", "amount": 89.90, "item": "noise-cancelling headphones"}
     )
 
 
