@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/concurrency.py
 	$(BIN)/python benchmarks/recovery.py
 	$(BIN)/python benchmarks/storage.py
+	$(BIN)/python benchmarks/mcp_tools.py
 
 # Small runs of the benchmarks (CI runs this once, so they cannot rot); the figures are noisy.
 bench-quick: $(STAMP)
@@ -60,6 +61,7 @@ bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/runcost.py --quick
 	$(BIN)/python benchmarks/recovery.py --quick
 	$(BIN)/python benchmarks/storage.py --quick
+	$(BIN)/python benchmarks/mcp_tools.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

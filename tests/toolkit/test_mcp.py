@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -328,3 +329,44 @@ def test_the_tools_json_listing_is_json(make_tools):
     listing = make_tools().list_tools()
     assert json.loads(json.dumps(listing)) == listing
     assert {d["tool"] for d in listing} == set(SERVER_TOOLS)
+
+
+def test_streamed_runs_list_and_call_mcp_tools_too(make_tools):
+    tools = make_tools(include=["add"])
+    agent = Agent(name="Streamer", functions=[tools])
+
+    def script(messages: list[dict[str, Any]], _: Any) -> Any:
+        done = [m for m in messages if m["role"] == "tool"]
+        return (
+            text(f"sum {done[-1]['content']}") if done else calls(ToolCall("add", {"a": 4, "b": 5}))
+        )
+
+    events = list(Swarm(ScriptedClient(script)).run(agent, [], stream=True))
+    assert events[-1]["response"].messages[-1]["content"] == "sum 9"
+
+    async def streamed() -> list[Any]:
+        stream = await Swarm(ScriptedClient(script)).arun(agent, [], stream=True)
+        return [event async for event in stream]
+
+    assert asyncio.run(streamed())[-1]["response"].messages[-1]["content"] == "sum 9"
+
+
+EXITS_NORMALLY = """
+import sys
+from durable_swarm.toolkit import MCPTools
+tools = MCPTools(command=[sys.executable, sys.argv[1]], env={"MCP_TEST_LOG": sys.argv[2]})
+print(tools.call("pid", {}), flush=True)
+"""
+
+
+def test_stdio_servers_are_stopped_when_the_process_exits(tmp_path: Path):
+    from ._mcp_support import SERVER
+
+    done = subprocess.run(
+        [sys.executable, "-c", EXITS_NORMALLY, SERVER, str(tmp_path / "calls.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    wait_gone(int(done.stdout.strip()))
