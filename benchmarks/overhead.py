@@ -16,6 +16,13 @@ Per run (median of many sequential runs, after a warm-up), on SQLite and on Post
 The goal is durable per checkpoint <= 1.10 x bare (sync) per step. Kinds are interleaved round by
 round, so machine noise hits them alike.
 
+Then the cost of OpenTelemetry tracing: an SDK tracer provider is set (a batch span processor
+whose exporter drops the spans, so export I/O is not counted) and memory and durable runs are
+measured again, on fresh databases, with their spans (a run span, one per model and tool call)
+recorded, and interleaved with the same runs whose spans the sampler drops: "added" is the
+difference between the two. Tracing can only be switched on once per process, hence after the
+rest; the untraced figures above are shown beside them.
+
     .venv/bin/python benchmarks/overhead.py            # 200 runs of each kind per database
     .venv/bin/python benchmarks/overhead.py --quick    # smoke run
 """
@@ -32,7 +39,7 @@ from typing import Any
 from _common import check_response, databases, make_agent, median, print_table, tool_script
 from dbos import DBOS
 
-from durable_swarm import DurableSwarm, Swarm
+from durable_swarm import DurableSwarm, Swarm, tracing
 from durable_swarm.durable import shutdown
 from durable_swarm.testing import AsyncScriptedClient
 
@@ -92,6 +99,75 @@ async def timed(run: Callable[[], Awaitable[Any]]) -> float:
     return time.perf_counter() - start
 
 
+async def measure_traced(url: str, tool_steps: int, runs: int, warmup: int) -> dict[str, Any]:
+    """Median seconds per run of memory and durable runs with a tracer provider set, each with
+    its spans recorded and dropped by the sampler (interleaved rounds, so load hits both)."""
+    script = tool_script(tool_steps)
+    agent = make_agent()
+    memory = Swarm(client=AsyncScriptedClient(script))
+    durable = DurableSwarm(client=AsyncScriptedClient(script), database_url=url).launch()
+
+    async def run_memory() -> None:
+        check_response(await memory.arun(agent, MESSAGES), tool_steps)
+
+    async def run_durable() -> None:
+        check_response(await durable.arun(agent, MESSAGES), tool_steps)
+
+    kinds = {
+        "memory": (run_memory, True),
+        "memory_dropped": (run_memory, False),
+        "durable": (run_durable, True),
+        "durable_dropped": (run_durable, False),
+    }
+    times: dict[str, list[float]] = {kind: [] for kind in kinds}
+    order = list(kinds)
+    for round_ in range(warmup + runs):
+        order = order[1:] + order[:1]
+        for kind in order:
+            run, SAMPLER.record = kinds[kind]
+            elapsed = await timed(run)
+            if round_ >= warmup:
+                times[kind].append(elapsed)
+        if round_ % 20 == 0:
+            gc.collect()
+    return {kind: median(values) for kind, values in times.items()}
+
+
+class _Sampler:
+    """Records every span, or (`record = False`) drops every span, switchable between runs."""
+
+    def __init__(self) -> None:
+        self.record = True
+
+    def should_sample(self, *args: Any, **kwargs: Any) -> Any:
+        from opentelemetry.sdk.trace.sampling import Decision, SamplingResult
+
+        return SamplingResult(Decision.RECORD_AND_SAMPLE if self.record else Decision.DROP)
+
+    def get_description(self) -> str:
+        return "switchable"
+
+
+SAMPLER = _Sampler()
+
+
+def trace_everything() -> None:
+    """Switch tracing on for this process: an SDK provider (with `SAMPLER`) whose exporter drops
+    the spans it is given."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Drop(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider(sampler=SAMPLER)
+    provider.add_span_processor(BatchSpanProcessor(Drop()))
+    trace.set_tracer_provider(provider)
+    assert tracing.enabled()
+
+
 async def measure_database(url: str, tool_steps: int, runs: int, warmup: int) -> dict[str, Any]:
     """Median seconds per run of each kind on one database (interleaved rounds)."""
     script = tool_script(tool_steps)
@@ -142,10 +218,16 @@ def main() -> None:
     warmup = 3 if args.quick else 20
 
     results: dict[str, dict[str, Any]] = {}
+    traced: dict[str, dict[str, Any]] = {}
     with databases(postgres=not args.no_postgres) as dbs:
         for label, url in dbs:
             results[label] = asyncio.run(measure_database(url, args.tool_steps, runs, warmup))
             shutdown()  # DBOS is one per process: stop it before launching on the next database
+    trace_everything()
+    with databases(postgres=not args.no_postgres) as dbs:  # fresh ones, as for the first part
+        for label, url in dbs:
+            traced[label] = asyncio.run(measure_traced(url, args.tool_steps, runs, warmup))
+            shutdown()
 
     k = args.tool_steps
     print(
@@ -214,6 +296,27 @@ def main() -> None:
         "\ndurable/ckpt = (durable - memory) / steps; bare/step = bare / steps. "
         "'w/o wf' subtracts the 0-step workflow (start + finish) from both first."
     )
+    n = 2 * k + 1
+    print_table(
+        "Tracing (ms per run): off, provider set with spans dropped, spans recorded; "
+        "added = (recorded - dropped) per model or tool call",
+        ["database", "memory off", "dropped", "recorded", "added", "durable off", "dropped",
+         "recorded", "added"],
+        [
+            [
+                db,
+                results[db]["memory"] * 1e3,
+                traced[db]["memory_dropped"] * 1e3,
+                traced[db]["memory"] * 1e3,
+                (traced[db]["memory"] - traced[db]["memory_dropped"]) / n * 1e3,
+                results[db]["durable"] * 1e3,
+                traced[db]["durable_dropped"] * 1e3,
+                traced[db]["durable"] * 1e3,
+                (traced[db]["durable"] - traced[db]["durable_dropped"]) / n * 1e3,
+            ]
+            for db in results
+        ],
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from .chat import ChatResult, initiate_swarm_chat
 from .durable import DurableSwarm, JsonSerializer, RunHandle, RunInfo
 from .errors import (
     AgentNotFoundError,
+    BudgetExceededError,
     DatabaseUnavailableError,
     DurableSwarmError,
     MCPServerUnavailableError,
@@ -37,6 +38,7 @@ from .planning import TodoItem, create_durable_agent
 from .swarm import Swarm
 from .toolkit import FileTools, MCPTools, ShellTool, Skill, skill, tool
 from .types import Agent, Response, Result, SwarmAgent, SwarmResult
+from .usage import Budget, Usage
 
 try:
     __version__: str = _version("durable-swarm")
@@ -51,6 +53,8 @@ __all__ = [
     "Agent",
     "AgentNotFoundError",
     "AskUser",
+    "Budget",
+    "BudgetExceededError",
     "ChatResult",
     "ContextExpression",
     "ContextExpressionError",
@@ -80,6 +84,7 @@ __all__ = [
     "ToolResultNotSerializableError",
     "ToolUnavailableError",
     "UpdateSystemMessage",
+    "Usage",
     "ask_user",
     "create_durable_agent",
     "initiate_swarm_chat",

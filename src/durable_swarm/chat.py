@@ -18,7 +18,10 @@ class ChatResult:
     """The outcome of `initiate_swarm_chat` (AG2's field names).
 
     `chat_history` holds the whole conversation (the given messages first); `summary` is the
-    last message's text; `run_id` names the durable run (None in memory).
+    last message's text; `run_id` names the durable run (None in memory). `cost` has AG2's
+    keys, `usage_including_cached_inference` and `usage_excluding_cached_inference` (the same
+    here: there is no local response cache), each `{"total_cost": USD or None}`, plus `usage`,
+    the chat's token usage (see `durable_swarm.usage.Usage`).
     """
 
     chat_history: list[dict[str, Any]] = field(default_factory=list)
@@ -83,8 +86,15 @@ def initiate_swarm_chat(
     )
     history = [*messages, *response.messages]
     answers = [m.get("content") or "" for m in response.messages if m.get("role") == "user"]
+    usage = response.usage.to_json() if response.usage is not None else {}
+    total = {"total_cost": usage.get("cost_usd")}
     result = ChatResult(
         chat_history=history,
+        cost={
+            "usage_including_cached_inference": dict(total),
+            "usage_excluding_cached_inference": dict(total),
+            "usage": usage,
+        },
         summary=str(history[-1].get("content") or "") if history else "",
         human_input=answers,
         run_id=run_id,

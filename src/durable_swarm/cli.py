@@ -7,15 +7,19 @@
     durable-swarm runs send RUN_ID TEXT
     durable-swarm runs approve RUN_ID TOOL_CALL_ID
     durable-swarm runs reject RUN_ID TOOL_CALL_ID [--message M]
-    durable-swarm runs cancel RUN_ID | resume RUN_ID | fork RUN_ID STEP
+    durable-swarm runs cancel RUN_ID | resume RUN_ID [BUDGET] | fork RUN_ID STEP
     durable-swarm runs delete RUN_ID [--force] | prune --older-than 30d [--dry-run] [--yes]
     durable-swarm demo [NAME] [--model M] [--base-url URL] [ARGS...] | demo --list
     durable-swarm chat MODULE:AGENT [--model M] [--base-url URL] [--stream] [--context JSON]
-                       [--session ID]
+                       [--session ID] [BUDGET]
     durable-swarm completion bash|zsh|tcsh
     durable-swarm --version
     durable-swarm worker MODULE[:ATTR] [--queue NAME] [--concurrency N] [--executor-id ID]
+                         [BUDGET]
     durable-swarm serve [--host 127.0.0.1] [--port 8000] [--token T]
+
+BUDGET is `--max-model-calls N --max-total-tokens N --max-cost-usd X` (any of them): a run
+stops, failed, before a model call once it has reached one (see `durable_swarm.Budget`).
 
 A thin layer over the library (`runs` commands use the thin `DurableClient`, so they never run
 or recover a run themselves): the database is found as the library finds it
@@ -33,6 +37,7 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
+from ._cli._budget import add_budget_options, budget_of
 from ._cli._chat import cmd_chat
 from ._cli._demo import DEFAULT_DEMO, cmd_demo
 from ._cli._runs import HANDLERS, parse_time
@@ -40,6 +45,7 @@ from ._cli._store import CliError
 from ._cli._style import Style, use_color
 from .durable import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, run_worker
 from .durable._runs import STATUSES
+from .durable._workflow import HOST
 from .errors import DurableSwarmError
 
 __all__ = ["build_parser", "main"]
@@ -166,6 +172,7 @@ def _add_runs(commands: argparse._SubParsersAction, common: argparse.ArgumentPar
 
     resume = action("resume", "continue a cancelled or failed run from its last finished step")
     resume.add_argument("run_id", metavar="RUN_ID")
+    add_budget_options(resume, "the run goes on under this budget (e.g. a higher one)")
 
     fork = action("fork", "start a new run from a run's steps before STEP")
     fork.add_argument("run_id", metavar="RUN_ID")
@@ -247,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ID",
         help="one durable conversation: start it, or continue it after a stop or a crash",
     )
+    add_budget_options(chat, "each run (turn or session) stops once it reaches this budget")
     chat.set_defaults(handler=cmd_chat)
 
     worker = commands.add_parser(
@@ -273,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds without a heartbeat before a process counts as dead and its runs are "
         "taken over (default: $DURABLE_SWARM_DEAD_AFTER, else 6 heartbeats)",
     )  # fmt: skip
+    add_budget_options(worker, "the budget of runs whose client gave none")
     worker.set_defaults(handler=_cmd_worker)
 
     serve = commands.add_parser(
@@ -332,6 +341,7 @@ def _cmd_completion(args: argparse.Namespace, style: Style) -> int:
 
 def _cmd_worker(args: argparse.Namespace, style: Style) -> int:
     """`worker`: serve a queue until SIGTERM or Ctrl-C."""
+    HOST.default_budget = budget_of(args) or HOST.default_budget
     run_worker(
         args.target,
         queue=args.queue,

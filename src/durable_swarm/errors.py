@@ -13,6 +13,7 @@ from typing import Any
 
 __all__ = [
     "AgentNotFoundError",
+    "BudgetExceededError",
     "ContextExpressionError",
     "DatabaseUnavailableError",
     "DurableSwarmError",
@@ -252,3 +253,54 @@ class MCPServerUnavailableError(ToolUnavailableError):
 
     def _kwargs(self) -> dict[str, Any]:
         return {"server": self.server, "cause": self.cause, "message": self.message}
+
+
+class BudgetExceededError(DurableSwarmError):
+    """A run reached a limit of its `Budget`; it stopped before its next model call.
+
+    `limit` names the limit (`max_model_calls`, `max_total_tokens` or `max_cost_usd`), `allowed`
+    its value and `reached` the run's figure (None when a cost could not be known).
+    """
+
+    limit: str
+    allowed: float | int
+    reached: float | int | None
+    run_id: str | None
+    agent: str | None
+    model: str | None
+
+    def __init__(
+        self,
+        limit: str,
+        allowed: float | int,
+        reached: float | int | None,
+        *,
+        run_id: str | None = None,
+        agent: str | None = None,
+        model: str | None = None,
+        message: str | None = None,
+    ):
+        where = f"Run {run_id!r}" if run_id else "The run"
+        who = f" (agent {agent!r})" if agent else ""
+        if message is None and model is not None:
+            message = (
+                f"{where}{who} has {limit}={allowed} but the price of model {model!r} is "
+                "unknown, so the call was not made. Give its price to new runs "
+                "(DurableSwarm(prices={model: {'input': ..., 'output': ...}}), USD per million "
+                "tokens), or resume this one with a budget without max_cost_usd."
+            )
+        elif message is None and reached is None:
+            message = (
+                f"{where}{who} has {limit}={allowed} but the cost of its earlier model calls is "
+                "unknown (a price or the usage was missing), so no further call was made. "
+                "Resume it with a budget without max_cost_usd."
+            )
+        elif message is None:
+            message = (
+                f"{where}{who} stopped before its next model call: budget {limit}={allowed} "
+                f"reached ({reached}). Resume it with a higher budget to go on."
+            )
+        super().__init__(
+            message, limit=limit, allowed=allowed, reached=reached, run_id=run_id, agent=agent,
+            model=model,
+        )  # fmt: skip

@@ -8,8 +8,10 @@ exponential backoff that honours `Retry-After` (its `max_retries`, 2 by default)
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -103,6 +105,7 @@ class StreamAssembler:
     def __init__(self, sender: str) -> None:
         self.sender = sender
         self.usage: dict[str, Any] | None = None
+        self.last_chunk: Any = None  # the last one with a choice (its id, model, finish reason)
         self._message: dict[str, Any] = {
             "content": "",
             "sender": sender,
@@ -123,6 +126,7 @@ class StreamAssembler:
                     agent=self.sender,
                 )
             return None
+        self.last_chunk = chunk
         delta = json.loads(choices[0].delta.model_dump_json())
         if delta.get("role") == "assistant":
             delta["sender"] = self.sender
@@ -138,12 +142,53 @@ class StreamAssembler:
         return message
 
 
+# Clients whose server refused `stream_options`: later streamed calls go without it.
+_NO_STREAM_OPTIONS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _usage_request(client: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """`request` asking the server to report token usage at the end of the stream."""
+    try:
+        refused = client in _NO_STREAM_OPTIONS
+    except TypeError:  # not weak-referenceable: ask every time
+        refused = False
+    if refused or "stream_options" in request:
+        return request
+    return {**request, "stream_options": {"include_usage": True}}
+
+
+def _refused_options(client: Any, request: dict[str, Any], error: Exception) -> bool:
+    """Whether `error` is the server (or client) refusing the `stream_options` we added; the
+    client is remembered so that later calls do not ask again."""
+    import openai
+
+    if "stream_options" not in request or "stream_options" not in str(error):
+        return False
+    if not isinstance(error, (openai.BadRequestError, openai.UnprocessableEntityError, TypeError)):
+        return False
+    with contextlib.suppress(TypeError):
+        _NO_STREAM_OPTIONS.add(client)
+    return True
+
+
+def _without_options(request: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in request.items() if k != "stream_options"}
+
+
 def stream_chunks(
     client: Any, request: dict[str, Any], *, sender: str | None = None
 ) -> Iterator[Any]:
-    """The chunks of a streamed completion (synchronous)."""
+    """The chunks of a streamed completion (synchronous). Usage is asked for at the end of the
+    stream (`stream_options`); a server that refuses that option is asked again without it."""
+    asked = _usage_request(client, request)
     try:
-        yield from create(client, request, sender=sender)
+        try:
+            stream = create(client, asked, sender=sender)
+        except Exception as e:
+            if not _refused_options(client, asked, e):
+                raise
+            stream = create(client, _without_options(asked), sender=sender)
+        yield from stream
     except json.JSONDecodeError as e:
         raise _not_json(e, sender, None) from e
 
@@ -151,8 +196,15 @@ def stream_chunks(
 async def astream_chunks(
     client: Any, request: dict[str, Any], *, sender: str | None = None, run_id: str | None = None
 ) -> AsyncIterator[Any]:
-    """The chunks of a streamed completion (asynchronous; sync clients iterate in a thread)."""
-    stream = await acreate(client, request, sender=sender, run_id=run_id)
+    """The chunks of a streamed completion (asynchronous; sync clients iterate in a thread),
+    asking for usage as `stream_chunks` does."""
+    asked = _usage_request(client, request)
+    try:
+        stream = await acreate(client, asked, sender=sender, run_id=run_id)
+    except Exception as e:
+        if not _refused_options(client, asked, e):
+            raise
+        stream = await acreate(client, _without_options(asked), sender=sender, run_id=run_id)
     try:
         if hasattr(stream, "__aiter__"):
             async for chunk in stream:

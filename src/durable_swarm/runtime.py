@@ -9,10 +9,11 @@ a DBOS step or a durable wait.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from . import model
+from . import model, tracing
 from .human import Decision
 from .loop import ListTools, Loop, ModelCall, ToolCall, Transition, WaitForInput, turn_loop
 from .subagents import delegation_task, final_answer, is_delegation
@@ -25,6 +26,7 @@ from .tools import (
     unknown_tool,
 )
 from .types import Response
+from .usage import Prices, Tally, Usage, call_cost
 from .util import debug_print
 
 
@@ -43,11 +45,23 @@ class InMemoryRuntime:
         client: Any,
         input_fn: Callable[[str], str] | None = None,
         approve_fn: Callable[[dict[str, Any]], Any] | None = None,
+        prices: Prices | None = None,
     ) -> None:
         self.client = client
         self.input_fn = input_fn or ask_terminal
         self.approve_fn = approve_fn
+        self.prices = prices
         self.transitions: list[dict[str, Any]] = []
+        self.tally = Tally()
+        self.trace: tracing.Run | None = None  # the run's span, when tracing is on
+
+    def count(self, effect: ModelCall, reported: dict[str, Any] | None) -> float | None:
+        """Count a model call's reported usage (and its price) against this run; returns the
+        call's price in USD (None if unknown)."""
+        model_name = effect.request.get("model")
+        cost = call_cost(model_name, reported, self.prices)
+        self.tally.add(effect.agent.name, Usage.of_call(reported, cost))
+        return cost
 
     def wait_for_input(self, effect: WaitForInput) -> Any:
         """Ask the person; an approval is a `Decision` as JSON."""
@@ -69,8 +83,10 @@ class InMemoryRuntime:
         return await asyncio.to_thread(self.wait_for_input, effect)
 
     def record(self, effect: Transition) -> None:
-        """Keep a transition."""
+        """Keep a transition (an event on the run's span when traced)."""
         self.transitions.append(effect.to_json())
+        if self.trace is not None:
+            self.trace.handoff(effect.to_json())
 
     async def arecord(self, effect: Transition) -> None:
         """`record` for async code."""
@@ -87,14 +103,23 @@ class InMemoryRuntime:
     def call_model(self, effect: ModelCall) -> dict[str, Any]:
         """One model call; returns the assistant message dict."""
         sender = effect.agent.name
-        completion = model.create(self.client, effect.request, sender=sender)
-        return model.completion_message(completion, sender)
+        with tracing.chat(self.trace, effect.request) as span:
+            completion = model.create(self.client, effect.request, sender=sender)
+            return self._answer(effect, completion, span)
+
+    def _answer(self, effect: ModelCall, completion: Any, span: Any) -> dict[str, Any]:
+        message = model.completion_message(completion, effect.agent.name)
+        usage = model.usage_of(completion)
+        cost = self.count(effect, usage)
+        tracing.record_completion(span, completion, usage, cost, message)
+        return message
 
     async def acall_model(self, effect: ModelCall) -> dict[str, Any]:
         """`call_model` for async code."""
         sender = effect.agent.name
-        completion = await model.acreate(self.client, effect.request, sender=sender)
-        return model.completion_message(completion, sender)
+        with tracing.chat(self.trace, effect.request) as span:
+            completion = await model.acreate(self.client, effect.request, sender=sender)
+            return self._answer(effect, completion, span)
 
     def chunks(self, effect: ModelCall) -> Iterator[Any]:
         """The chunks of a streamed model call."""
@@ -107,29 +132,42 @@ class InMemoryRuntime:
     def call_tool(self, effect: ToolCall) -> ToolOutcome:
         """One tool call; model mistakes come back as an error message, never an exception."""
         _debug_tool(effect)
-        if effect.function is None:
-            return unknown_tool(effect.call, effect.context_variables)
-        if is_delegation(effect.function):
+        if effect.function is not None and is_delegation(effect.function):
             return self._delegate(effect, effect.function)
-        return execute_tool(effect.function, effect.call, effect.context_variables)
+        with tracing.tool(self.trace, effect.call) as span:
+            if effect.function is None:
+                outcome = unknown_tool(effect.call, effect.context_variables)
+            else:
+                outcome = execute_tool(effect.function, effect.call, effect.context_variables)
+            tracing.tool_result(span, outcome.message)
+        return outcome
 
     async def acall_tool(self, effect: ToolCall) -> ToolOutcome:
         """`call_tool` for async code."""
         _debug_tool(effect)
-        if effect.function is None:
-            return unknown_tool(effect.call, effect.context_variables)
-        if is_delegation(effect.function):
-            return await asyncio.to_thread(self._delegate, effect, effect.function)
-        return await execute_tool_async(effect.function, effect.call, effect.context_variables)
+        function = effect.function
+        if function is not None and is_delegation(function):
+            return await asyncio.to_thread(self._delegate, effect, function)
+        with tracing.tool(self.trace, effect.call) as span:
+            if function is None:
+                outcome = unknown_tool(effect.call, effect.context_variables)
+            else:
+                outcome = await execute_tool_async(function, effect.call, effect.context_variables)
+            tracing.tool_result(span, outcome.message)
+        return outcome
 
     def _delegate(self, effect: ToolCall, function: Callable[..., Any]) -> ToolOutcome:
         """Run a sub-agent on its task with this runtime's client, in memory."""
         task, error = delegation_task(function, effect.call)
         if error is not None or task is None:
             return ToolOutcome(error or {}, effect.context_variables)
-        child = InMemoryRuntime(self.client, self.input_fn, self.approve_fn)
-        loop = turn_loop(tool_spec(function).delegate, [{"role": "user", "content": task}])
+        child = InMemoryRuntime(self.client, self.input_fn, self.approve_fn, self.prices)
+        delegate = tool_spec(function).delegate
+        if self.trace is not None:  # the sub-agent's run span is a child of this run's
+            child.trace = tracing.start_run(delegate.name, traceparent=self.trace.traceparent)
+        loop = turn_loop(delegate, [{"role": "user", "content": task}])
         answer = final_answer(drive(loop, child).messages)
+        self.tally.merge(child.tally)
         return ToolOutcome(tool_message(effect.call, answer), effect.context_variables)
 
 
@@ -158,65 +196,106 @@ _ASYNC = {
 }
 
 
+@contextlib.contextmanager
+def _run_span(runtime: Any) -> Iterator[None]:
+    """End the runtime's run span (if traced) when the run ends, with its error if it fails."""
+    trace: tracing.Run | None = getattr(runtime, "trace", None)
+    if trace is None:
+        yield
+        return
+    try:
+        yield
+    except GeneratorExit:  # a stream's reader stopped early: the run just ends
+        trace.end()
+        raise
+    except BaseException as e:
+        trace.end(e)
+        raise
+    trace.end()
+
+
+def _finish(response: Response, runtime: Any) -> Response:
+    """The loop's response with the run's usage, when the runtime counted it."""
+    tally = getattr(runtime, "tally", None)
+    if isinstance(tally, Tally):
+        response.usage, response.usage_by_agent = tally.total, dict(tally.by_agent)
+    return response
+
+
 def drive(loop: Loop, runtime: Any) -> Response:
     """Run `loop` to the end, performing each effect with `runtime`."""
     result: Any = None
-    while True:
-        try:
-            effect = loop.send(result)
-        except StopIteration as stop:
-            return stop.value
-        result = getattr(runtime, _SYNC[type(effect)])(effect)
+    with _run_span(runtime):
+        while True:
+            try:
+                effect = loop.send(result)
+            except StopIteration as stop:
+                return _finish(stop.value, runtime)
+            result = getattr(runtime, _SYNC[type(effect)])(effect)
 
 
 async def adrive(loop: Loop, runtime: Any) -> Response:
     """`drive` for async code."""
     result: Any = None
-    while True:
-        try:
-            effect = loop.send(result)
-        except StopIteration as stop:
-            return stop.value
-        result = await getattr(runtime, _ASYNC[type(effect)])(effect)
+    with _run_span(runtime):
+        while True:
+            try:
+                effect = loop.send(result)
+            except StopIteration as stop:
+                return _finish(stop.value, runtime)
+            result = await getattr(runtime, _ASYNC[type(effect)])(effect)
+
+
+def _streamed_answer(
+    runtime: Any, effect: ModelCall, assembler: model.StreamAssembler, span: Any
+) -> dict[str, Any]:
+    message = assembler.message()
+    cost = runtime.count(effect, assembler.usage)
+    tracing.record_completion(span, assembler.last_chunk, assembler.usage, cost, message)
+    return message
 
 
 def drive_stream(loop: Loop, runtime: Any) -> Iterator[dict[str, Any]]:
     """Run `loop`, yielding Swarm's stream events; the last one is `{"response": Response}`."""
     result: Any = None
-    while True:
-        try:
-            effect = loop.send(result)
-        except StopIteration as stop:
-            yield {"response": stop.value}
-            return
-        if isinstance(effect, ModelCall):
+    with _run_span(runtime):
+        while True:
+            try:
+                effect = loop.send(result)
+            except StopIteration as stop:
+                yield {"response": _finish(stop.value, runtime)}
+                return
+            if not isinstance(effect, ModelCall):
+                result = getattr(runtime, _SYNC[type(effect)])(effect)
+                continue
             assembler = model.StreamAssembler(effect.agent.name)
-            yield {"delim": "start"}
-            for chunk in runtime.chunks(effect):
-                if (event := assembler.feed(chunk)) is not None:
-                    yield event
-            yield {"delim": "end"}
-            result = assembler.message()
-        else:
-            result = getattr(runtime, _SYNC[type(effect)])(effect)
+            with tracing.chat(runtime.trace, effect.request) as span:
+                yield {"delim": "start"}
+                for chunk in runtime.chunks(effect):
+                    if (event := assembler.feed(chunk)) is not None:
+                        yield event
+                yield {"delim": "end"}
+                result = _streamed_answer(runtime, effect, assembler, span)
 
 
 async def adrive_stream(loop: Loop, runtime: Any) -> AsyncIterator[dict[str, Any]]:
     """`drive_stream` for async code."""
     result: Any = None
-    while True:
-        try:
-            effect = loop.send(result)
-        except StopIteration as stop:
-            yield {"response": stop.value}
-            return
-        if isinstance(effect, ModelCall):
+    with _run_span(runtime):
+        while True:
+            try:
+                effect = loop.send(result)
+            except StopIteration as stop:
+                yield {"response": _finish(stop.value, runtime)}
+                return
+            if not isinstance(effect, ModelCall):
+                result = await getattr(runtime, _ASYNC[type(effect)])(effect)
+                continue
             assembler = model.StreamAssembler(effect.agent.name)
-            yield {"delim": "start"}
-            async for chunk in runtime.achunks(effect):
-                if (event := assembler.feed(chunk)) is not None:
-                    yield event
-            yield {"delim": "end"}
-            result = assembler.message()
-        else:
-            result = await getattr(runtime, _ASYNC[type(effect)])(effect)
+            with tracing.chat(runtime.trace, effect.request) as span:
+                yield {"delim": "start"}
+                async for chunk in runtime.achunks(effect):
+                    if (event := assembler.feed(chunk)) is not None:
+                        yield event
+                yield {"delim": "end"}
+                result = _streamed_answer(runtime, effect, assembler, span)

@@ -6,9 +6,11 @@ import os
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
+from . import tracing
 from .loop import Loop, turn_loop
 from .runtime import InMemoryRuntime, adrive, adrive_stream, drive, drive_stream
 from .types import Agent
+from .usage import Prices, check_prices
 
 __all__ = ["Swarm"]
 
@@ -35,7 +37,9 @@ class Swarm:
     the person (`REVERT_TO_USER`, `AskUser`, a tool that needs approval), `input_fn(prompt)` asks
     them (default: the terminal) and `approve_fn(tool_call)` decides approvals (default: a y/n
     question via `input_fn`).
-    The handoffs of the latest run are in `transitions`.
+    The handoffs of the latest run are in `transitions`. Each `Response` carries the run's token
+    `usage` and cost; `prices` gives your own models' prices (USD per million tokens, see
+    `durable_swarm.usage`), which take precedence over the public price table.
     """
 
     def __init__(
@@ -45,15 +49,18 @@ class Swarm:
         model: str | None = None,
         input_fn: Callable[[str], str] | None = None,
         approve_fn: Callable[[dict[str, Any]], Any] | None = None,
+        prices: Prices | None = None,
     ) -> None:
         self.client = client if client else _default_client()
         self.model = default_model(model)
         self.input_fn = input_fn
         self.approve_fn = approve_fn
+        self.prices = check_prices(prices)
         self.transitions: list[dict[str, Any]] = []
 
-    def _runtime(self) -> InMemoryRuntime:
-        runtime = InMemoryRuntime(self.client, self.input_fn, self.approve_fn)
+    def _runtime(self, agent: Agent) -> InMemoryRuntime:
+        runtime = InMemoryRuntime(self.client, self.input_fn, self.approve_fn, self.prices)
+        runtime.trace = tracing.start_run(agent.name)
         self.transitions = runtime.transitions
         return runtime
 
@@ -109,7 +116,7 @@ class Swarm:
             agent, messages, context_variables, model_override, stream, debug, max_turns,
             execute_tools, after_work, agents,
         )  # fmt: skip
-        runtime = self._runtime()
+        runtime = self._runtime(agent)
         return drive_stream(loop, runtime) if stream else drive(loop, runtime)
 
     def run_and_stream(
@@ -150,7 +157,7 @@ class Swarm:
             agent, messages, context_variables, model_override, stream, debug, max_turns,
             execute_tools, after_work, agents,
         )  # fmt: skip
-        runtime = self._runtime()
+        runtime = self._runtime(agent)
         if stream:
             return adrive_stream(loop, runtime)
         return await adrive(loop, runtime)
@@ -165,4 +172,4 @@ class Swarm:
         """Async streaming without an `await` first: `async for event in swarm.astream(...)`."""
         kwargs["model_override"] = kwargs.get("model_override") or self.model
         loop = turn_loop(agent, messages, context_variables, stream=True, **kwargs)
-        return adrive_stream(loop, self._runtime())
+        return adrive_stream(loop, self._runtime(agent))

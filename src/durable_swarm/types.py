@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from . import _registry
 from .tools import ToolSource
+from .usage import Usage
 
 __all__ = [
     "Agent",
@@ -104,13 +105,19 @@ class SwarmAgent(Agent):
 
 
 class Response(BaseModel):
-    """What `run` returns: the new messages, the agent the run ended on, the updated context."""
+    """What `run` returns: the new messages, the agent the run ended on, the updated context.
+
+    Beyond Swarm's fields: `usage`, the run's token usage and cost (`durable_swarm.usage.Usage`,
+    sub-agents included), and `usage_by_agent`, the same per agent name.
+    """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     messages: list[Any] = []
     agent: Any | None = None
     context_variables: dict[str, Any] = {}
+    usage: Usage | None = None
+    usage_by_agent: dict[str, Usage] = {}
 
 
 class Result(BaseModel):

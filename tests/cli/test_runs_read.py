@@ -57,7 +57,17 @@ def test_list_shows_every_run_newest_first_without_colours_in_a_pipe(reads):
     result = reads["list"]
     assert result.status == 0, result.stderr
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["RUN", "ID", "STATUS", "AGENT", "CREATED", "UPDATED", "NOTE"]
+    assert header.split() == [
+        "RUN",
+        "ID",
+        "STATUS",
+        "AGENT",
+        "CREATED",
+        "UPDATED",
+        "TOKENS",
+        "COST",
+        "NOTE",
+    ]
     assert {row.split()[0]: row.split()[1] for row in rows} == EXPECTED
     assert "asks: What is your name?" in result.stdout
     assert "approve? refund(amount=42)" in result.stdout

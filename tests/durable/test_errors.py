@@ -36,6 +36,7 @@ SAMPLES = [
     errors.WorkspaceError("outside the workspace"),
     errors.ToolUnavailableError("the printer is off"),
     errors.MCPServerUnavailableError("ledger", "ConnectError: refused (3 attempts)"),
+    errors.BudgetExceededError("max_model_calls", 3, 3, run_id="r7", agent="Triage"),
 ]
 
 

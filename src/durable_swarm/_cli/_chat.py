@@ -17,6 +17,7 @@ from typing import Any
 from ..durable import DurableSwarm, resolve_database_url
 from ..durable._database import display_url
 from ..repl import run_demo_loop
+from ._budget import budget_of
 from ._store import CliError
 from ._style import Style
 
@@ -94,7 +95,9 @@ def cmd_chat(args: argparse.Namespace, style: Style) -> int:
     if context is not None and not isinstance(context, dict):
         raise CliError('--context must be a JSON object, like \'{"name": "Ada"}\'.', 2)
     url = resolve_database_url(getattr(args, "database_url", None))
-    swarm = DurableSwarm(_client(args.base_url), model=args.model, database_url=url)
+    swarm = DurableSwarm(
+        _client(args.base_url), model=args.model, database_url=url, budget=budget_of(args)
+    )
     options: dict[str, Any] = {"swarm": swarm, "stream": args.stream, "context_variables": context}
     if args.session:
         options["session_id"] = args.session

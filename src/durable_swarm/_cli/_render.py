@@ -68,12 +68,15 @@ def usage_of(steps: list[StepRecord]) -> dict[str, int]:
 
 
 def run_json(info: RunInfo, *, detail: bool) -> dict[str, Any]:
-    """A run as JSON: every field of `RunInfo`; with `detail`, its steps (with durations) and
-    total token usage, else without the fields that only a full read has."""
+    """A run as JSON: every field of `RunInfo` (`usage` and `usage_by_agent` as in
+    `durable_swarm.usage.Usage`) and `cost_usd`; with `detail`, its steps (with durations) and
+    usage with OpenAI's names too, else without the fields that only a full read has."""
     data = {f.name: getattr(info, f.name) for f in dataclasses.fields(info)}
+    data["cost_usd"] = info.cost_usd
     if detail:
         data["steps"] = [step_json(s) for s in info.steps]
-        data["usage"] = usage_of(info.steps)
+        usage = info.usage.to_json() if info.usage is not None else {}
+        data["usage"] = {**usage, **usage_of(info.steps)}
     else:
         for name in _DETAIL_FIELDS:
             data.pop(name, None)
@@ -95,11 +98,34 @@ def _note(info: RunInfo) -> str:
     return ""
 
 
+def tokens_text(info: RunInfo) -> str:
+    """A run's total tokens for a table cell ("-" when not read)."""
+    return str(info.usage.total_tokens) if info.usage is not None else "-"
+
+
+def cost_text(cost: float | None) -> str:
+    """A cost in USD for people: `$0.0123`, `<$0.0001`, or `?` when unknown."""
+    if cost is None:
+        return "?"
+    if 0 < cost < 0.0001:
+        return "<$0.0001"
+    return f"${cost:.4f}" if cost < 1 else f"${cost:,.2f}"
+
+
 def run_table(runs: list[RunInfo], style: Style, width: int = 160) -> list[str]:
-    """The lines of a table of runs, newest first: id, status, agent, times, what it waits for."""
-    headers = ("RUN ID", "STATUS", "AGENT", "CREATED", "UPDATED")
+    """The lines of a table of runs, newest first: id, status, agent, times, tokens, cost (`?`
+    when a price or the usage is unknown), and what it waits for."""
+    headers = ("RUN ID", "STATUS", "AGENT", "CREATED", "UPDATED", "TOKENS", "COST")
     rows = [
-        (r.run_id, r.status, r.agent or "-", local_time(r.created_at), ago(r.updated_at))
+        (
+            r.run_id,
+            r.status,
+            r.agent or "-",
+            local_time(r.created_at),
+            ago(r.updated_at),
+            tokens_text(r),
+            cost_text(r.cost_usd) if r.usage is not None else "-",
+        )
         for r in runs
     ]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
@@ -155,6 +181,16 @@ def summary_lines(info: RunInfo, style: Style) -> list[str]:
             f"{label('tokens')}{usage['total_tokens']} (prompt {usage['prompt_tokens']}, "
             f"completion {usage['completion_tokens']}) over {calls} model call{plural}{missing}"
         )
+    if info.usage is not None and info.usage.cached_tokens:
+        lines.append(f"{label('cached')}{info.usage.cached_tokens} input tokens from the cache")
+    if calls:
+        lines.append(f"{label('cost')}{cost_text(info.cost_usd)}" + _cost_note(info))
+    if len(info.usage_by_agent) > 1:
+        shares = ", ".join(
+            f"{name} {u.total_tokens} tokens {cost_text(u.cost_usd)}"
+            for name, u in info.usage_by_agent.items()
+        )
+        lines.append(f"{label('by agent')}{shares}")
     if info.context_variables:
         lines.append(f"{label('context')}{preview(dumps(info.context_variables), 90)}")
     if info.error:
@@ -162,6 +198,19 @@ def summary_lines(info: RunInfo, style: Style) -> list[str]:
     if info.problem:
         lines.append(f"{label('problem')}{style.paint(preview(info.problem, 200), 'yellow')}")
     return lines
+
+
+def _cost_note(info: RunInfo) -> str:
+    if info.cost_usd is not None:
+        return ""
+    unpriced = sorted(
+        {
+            str(s.output.get("model"))
+            for s in info.steps
+            if s.kind == "model" and isinstance(s.output, dict) and s.output.get("cost_usd") is None
+        }
+    )
+    return f" (unknown price or usage for: {', '.join(unpriced)})" if unpriced else ""
 
 
 def waiting_hint(info: RunInfo, style: Style) -> list[str]:

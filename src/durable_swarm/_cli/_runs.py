@@ -17,6 +17,7 @@ from ..durable import DurableClient, RunInfo, resolve_database_url
 from ..durable._control import FINISHED
 from ..durable._database import display_url
 from ..errors import DurableSwarmError, RunNotFoundError
+from ._budget import budget_of
 from ._render import (
     JSON_SCHEMA_VERSION,
     dumps,
@@ -90,6 +91,7 @@ def cmd_list(args: argparse.Namespace, style: Style) -> int:
     with open_swarm(url) as swarm:
         runs = swarm.list_runs(**filters, limit=args.limit or None, offset=args.offset)
         total = swarm.count_runs(**filters)
+        swarm.runs.read_usage(runs)
     more = max(total - args.offset - len(runs), 0)
     if args.json:
         data = {
@@ -355,16 +357,23 @@ def cmd_resume(args: argparse.Namespace, style: Style) -> int:
                 f"was changed. To run it again from a step: durable-swarm runs fork "
                 f"{args.run_id} STEP"
             )
-        swarm.resume(args.run_id)
+        budget = budget_of(args)
+        swarm.resume(args.run_id, budget=budget)
     kept = [s.step for s in info.steps if s.error is None and s.completed_at]
     where = f"after step {max(kept)}" if kept else "from the start"
+    limits = f" under budget {budget.to_json()}" if budget is not None else ""
     _emit(
         args,
-        {"run_id": args.run_id, "action": "resume", "previous_status": info.status},
+        {
+            "run_id": args.run_id,
+            "action": "resume",
+            "previous_status": info.status,
+            "budget": budget.to_json() if budget is not None else None,
+        },
         [
             f"{style.paint('✓', 'green')} Run {args.run_id} ({info.status}) is queued to go on "
-            f"{where}; finished steps are not run again. A worker with its agents picks it up: "
-            "your app, when it runs on this database."
+            f"{where}{limits}; finished steps are not run again. A worker with its agents picks "
+            "it up: your app, when it runs on this database."
         ],
     )
     return 0

@@ -17,8 +17,10 @@ from typing import Any
 
 from dbos import DBOSClient, EnqueueOptions
 
+from .. import tracing
 from ..errors import DatabaseUnavailableError, DurableSwarmError, RunNotFoundError
 from ..types import Response
+from ..usage import Budget, check_budget
 from . import _dbos
 from ._control import ClientSource, RunControl
 from ._database import display_url, is_postgres, resolve_database_url, sqlite_path
@@ -179,6 +181,7 @@ class DurableClient:
         stream: bool = False,
         debug: bool = False,
         execute_tools: bool = True,
+        budget: Budget | None = None,
     ) -> ClientRunHandle:
         """Enqueue a run of the agent named `agent` on `queue`; returns its handle at once.
 
@@ -187,7 +190,8 @@ class DurableClient:
         and the run stays `pending`, losing nothing, until a worker that has the agent takes it
         (cancel it with `cancel(run_id)` otherwise). With `run_id` of an existing run, attaches
         to that run: it is never executed twice. `max_turns=None` means no limit; `stream=True`
-        makes the run publish its events (read them with `handle.events()`).
+        makes the run publish its events (read them with `handle.events()`). `budget` limits the
+        run (see `Budget`); without one, the worker's default budget applies.
         """
         if not isinstance(agent, str) or not agent:
             raise DurableSwarmError(
@@ -211,6 +215,12 @@ class DurableClient:
             "after_work": None,
             "agents": [],
         }
+        traceparent = tracing.current_traceparent()
+        if traceparent:  # the run's spans join the caller's trace
+            spec["traceparent"] = traceparent
+        limits = check_budget(budget)
+        if limits is not None:
+            spec["budget"] = limits.to_json()
         options: EnqueueOptions = {
             "workflow_name": WORKFLOW_NAME,
             "queue_name": queue,
@@ -311,9 +321,10 @@ class DurableClient:
         """Cancel a run and its sub-agents: they stop at their next step, status `cancelled`."""
         self.runs.cancel(run_id)
 
-    def resume(self, run_id: str) -> ClientRunHandle:
-        """Continue a cancelled or failed run (see `DurableSwarm.resume`); a worker runs it."""
-        return ClientRunHandle(self, self.runs.resume(run_id))
+    def resume(self, run_id: str, *, budget: Budget | None = None) -> ClientRunHandle:
+        """Continue a cancelled or failed run (see `DurableSwarm.resume`); a worker runs it.
+        With `budget`, a run stopped by its budget goes on under this one."""
+        return ClientRunHandle(self, self.runs.resume(run_id, budget))
 
     def delete_run(self, run_id: str, *, force: bool = False) -> list[str]:
         """Delete a run and its sub-agent runs; returns the deleted ids. A live run (pending,

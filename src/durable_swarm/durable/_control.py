@@ -13,14 +13,19 @@ from typing import Any
 from dbos import SetWorkflowID
 
 from ..errors import DurableSwarmError, RunNotFoundError
+from ..usage import Budget, check_budget
 from ._listing import PendingApproval, RunQuery, check_statuses
-from ._runs import RunInfo, read_run, summarize
-from ._workflow import WAITING_EVENT
+from ._runs import RunInfo, read_run, step_record, summarize, tally_steps
+from ._workflow import BUDGET_TOPIC, WAITING_EVENT
 
 __all__ = ["FINISHED", "LIVE", "ClientSource", "RunControl"]
 
 LIVE = ("pending", "waiting_for_input", "waiting_for_approval")
 FINISHED = ("succeeded", "failed", "cancelled")
+
+
+# Runs being given a new budget wait here (no process serves this queue) until it is sent.
+_HOLD_QUEUE = "durable_swarm.hold"
 
 
 def _now() -> str:
@@ -143,6 +148,14 @@ class RunControl:
         """The tool calls runs wait for a person to approve, longest waiting first."""
         return self.query.approvals(limit=limit)
 
+    def read_usage(self, runs: list[RunInfo]) -> None:
+        """Fill in the usage of listed runs that have not finished (read from their steps)."""
+        for info in runs:
+            if info.usage is None:
+                steps = [step_record(s) for s in self.source.list_workflow_steps(info.run_id)]
+                tally = tally_steps(steps)
+                info.usage, info.usage_by_agent = tally.total, dict(tally.by_agent)
+
     # --- the person in the loop ----------------------------------------------------------
 
     def _waiting(self, run_id: str, kind: str) -> dict[str, Any]:
@@ -195,19 +208,34 @@ class RunControl:
         self.get_run(run_id)
         self.source.cancel_workflow(run_id, cancel_children=True)
 
-    def resume(self, run_id: str) -> str:
-        """Continue a cancelled run, or a failed one from the step that failed."""
+    def resume(self, run_id: str, budget: Budget | None = None) -> str:
+        """Continue a cancelled run, or a failed one from the step that failed. With `budget`,
+        the run goes on under that budget from its next check (a run stopped by its budget
+        checks again at once: it is rewound to where it looked for a raised budget)."""
         info = self.get_run(run_id)
-        if info.status == "failed":
-            failed = [s.step for s in info.steps if s.error is not None]
-            self.source.rewind_workflow(run_id, start_step=failed[0] if failed else None)
-        elif info.status == "succeeded":
+        if info.status == "succeeded":
             raise DurableSwarmError(
                 f"Run {run_id!r} already succeeded; nothing was changed. To run it again from "
                 "a step, fork it (fork(run_id, step))."
             )
-        else:
-            self.source.resume_workflow(run_id)
+        raised = check_budget(budget)
+        note = {"budget": raised.to_json(), "at": _now()} if raised is not None else None
+        if info.status == "failed":
+            failed = [s for s in info.steps if s.error is not None]
+            start = failed[0].step if failed else None
+            if failed and failed[0].kind == "budget":
+                # Back to where the run looked for a raised budget, just before the refusal.
+                refused = failed[0].step
+                start = max(s.step for s in info.steps if s.kind == "wait" and s.step < refused)
+            if note is None:
+                self.source.rewind_workflow(run_id, start_step=start)
+                return run_id
+            # A rewind drops unread messages, so the run is held on a queue nobody serves until
+            # the new budget is in its mailbox, then released.
+            self.source.rewind_workflow(run_id, start_step=start, queue_name=_HOLD_QUEUE)
+        if note is not None:
+            self.source.send(run_id, note, BUDGET_TOPIC)
+        self.source.resume_workflow(run_id)
         return run_id
 
     def fork(self, run_id: str, step: int, new_run_id: str | None = None) -> str:

@@ -13,9 +13,18 @@ from typing import Any
 from dbos import DBOS
 
 from ..errors import RunNotFoundError
+from ..usage import Tally, Usage
 from ._workflow import WAITING_EVENT, WORKFLOW_NAME, context_after
 
-__all__ = ["RunInfo", "StepRecord", "read_run", "run_status", "summarize"]
+__all__ = [
+    "RunInfo",
+    "StepRecord",
+    "read_run",
+    "run_status",
+    "step_record",
+    "summarize",
+    "tally_steps",
+]
 
 STATUSES = (
     "pending",
@@ -70,6 +79,9 @@ class RunInfo:
     `failed`, `cancelled`. `agent` is the name of the agent the run is on (or ended on);
     `messages` are the conversation's messages so far, inputs included; `waiting_for` describes
     the question or tool call the run waits on; `error` the recorded failure, if any.
+    `usage` is the token usage and cost of the run's model calls, its finished sub-agents'
+    included (None in a listing of a run that has not finished: `get_run` reads its steps);
+    `usage_by_agent` is the same per agent name, sub-agents' agents shown on their own.
     """
 
     run_id: str
@@ -88,6 +100,14 @@ class RunInfo:
     forked_from: str | None = None
     parent: str | None = None
     problem: str | None = None
+    usage: Usage | None = None
+    usage_by_agent: dict[str, Usage] = field(default_factory=dict)
+
+    @property
+    def cost_usd(self) -> float | None:
+        """What the run's model calls cost in USD; None when unknown (a model without a known
+        price, a server that reported no usage) or not read yet."""
+        return self.usage.cost_usd if self.usage is not None else None
 
     @property
     def children(self) -> list[str]:
@@ -130,6 +150,7 @@ def summarize(status: Any, waiting: dict[str, Any] | None = None) -> RunInfo:
     spec = _spec(status)
     output = status.output if isinstance(status.output, dict) else {}
     agent = (output.get("agent") or spec.get("agent") or {}).get("name")
+    tally = Tally.from_json(output["usage"]) if "usage" in output else None
     return RunInfo(
         run_id=status.workflow_id,
         status=run_status(status.status, waiting),
@@ -141,7 +162,21 @@ def summarize(status: Any, waiting: dict[str, Any] | None = None) -> RunInfo:
         forked_from=status.forked_from,
         parent=spec.get("parent"),
         input_messages=len(spec.get("messages") or []),
+        usage=tally.total if tally else None,
+        usage_by_agent=dict(tally.by_agent) if tally else {},
     )
+
+
+def tally_steps(steps: list[StepRecord]) -> Tally:
+    """The usage recorded by a run's steps: its model calls and its joined sub-agents."""
+    tally = Tally()
+    for step in steps:
+        out = step.output if isinstance(step.output, dict) else {}
+        if step.kind == "model" and "message" in out:
+            tally.add(step.name, Usage.of_call(out.get("usage"), out.get("cost_usd")))
+        elif step.kind == "join" and "usage" in out:
+            tally.merge(Tally.from_json(out["usage"]))
+    return tally
 
 
 # DBOS's own operations, by what they mean in a run.
@@ -156,7 +191,8 @@ _DBOS_KINDS = {
 }
 
 
-def _step_record(step: Any) -> StepRecord:
+def step_record(step: Any) -> StepRecord:
+    """A `StepRecord` from one of DBOS's `list_workflow_steps` rows."""
     name = step["function_name"]
     kind, _, short = (
         name.partition(":") if ":" in name else (_DBOS_KINDS.get(name, "dbos"), "", name)
@@ -186,7 +222,7 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
     waiting = events.get(WAITING_EVENT) or None
     info = summarize(status, waiting)
     spec = _spec(status)
-    info.steps = [_step_record(s) for s in source.list_workflow_steps(run_id)]
+    info.steps = [step_record(s) for s in source.list_workflow_steps(run_id)]
     messages = list(spec.get("messages") or [])
     context = dict(spec.get("context_variables") or {})
     agent = (spec.get("agent") or {}).get("name")
@@ -201,7 +237,7 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
         if step.kind == "handoff":
             info.transitions.append(out)
             agent = out.get("target") or agent
-        if step.kind == "wait" and isinstance(out, dict):
+        if step.kind == "wait" and isinstance(out, dict) and "budget" not in out:
             if "text" in out and asked is not None:
                 asked["content"], asked = out["text"], None
             elif "text" in out:
@@ -214,4 +250,6 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
         context = output.get("context_variables") or {}
         agent = (output.get("agent") or {}).get("name", agent)
     info.messages, info.context_variables, info.agent = messages, context, agent
+    tally = tally_steps(info.steps)
+    info.usage, info.usage_by_agent = tally.total, dict(tally.by_agent)
     return info

@@ -13,10 +13,12 @@ from typing import Any
 
 from dbos import DBOS, SetWorkflowID
 
+from .. import tracing
 from .._aio import in_event_loop, off_event_loop
 from ..errors import AgentNotFoundError, DurableSwarmError
 from ..swarm import default_model
 from ..types import Agent, Response
+from ..usage import Budget, Prices, Tally, check_budget, check_prices
 from . import _dbos
 from ._control import RunControl
 from ._database import resolve_database_url
@@ -51,11 +53,23 @@ def _response(run_id: str, output: dict[str, Any]) -> Response:
             agent = HOST.lookup(run_id, ref)
         except AgentNotFoundError:
             agent = ref["name"]
+    tally = Tally.from_json(output.get("usage"))
     return Response(
         messages=output.get("messages") or [],
         agent=agent,
         context_variables=output.get("context_variables") or {},
+        usage=tally.total,
+        usage_by_agent=tally.by_agent,
     )
+
+
+def _begin_trace(run_id: str, agent: Agent, spec: dict[str, Any]) -> None:
+    """Open the run's span (under the caller's current span) and store its context with the
+    run, so every later execution of the run continues this trace."""
+    trace = tracing.start_run(agent.name, run_id=run_id)
+    if trace is not None:
+        HOST.run_traces[run_id] = trace
+        spec["traceparent"] = trace.traceparent
 
 
 async def _start(run_id: str, spec: dict[str, Any]) -> Any:
@@ -236,6 +250,11 @@ class DurableSwarm:
             processes); default `DURABLE_SWARM_HEARTBEAT_INTERVAL`, else 5.
         dead_after: seconds without a heartbeat after which a process counts as dead and its
             runs are taken over; default `DURABLE_SWARM_DEAD_AFTER`, else 6 heartbeats.
+        budget: the default `Budget` of runs started without one (and of the runs a worker
+            serving this swarm takes from clients that gave none).
+        prices: your models' prices in USD per million tokens, e.g. `{"my-model": {"input":
+            0.2, "output": 0.6}}`; they take precedence over the public price table and are
+            stored with each run, so its cost is the same wherever it resumes.
 
     DBOS is launched lazily, once per process, at the first call that needs it; pending runs of
     the database are recovered then. If the app launched DBOS itself, its DBOS is used.
@@ -252,6 +271,8 @@ class DurableSwarm:
         poll_interval: float = 0.1,
         heartbeat_interval: float | None = None,
         dead_after: float | None = None,
+        budget: Budget | None = None,
+        prices: Prices | None = None,
     ) -> None:
         self.client = client
         self.model = default_model(model)
@@ -264,8 +285,14 @@ class DurableSwarm:
         self.executor_id = executor_id
         self.poll_interval = poll_interval
         self.heartbeat_interval, self.dead_after = timing(heartbeat_interval, dead_after)
+        self.budget = check_budget(budget)
+        self.prices = check_prices(prices)
         if client:
             HOST.default_client = client
+        if budget is not None:
+            HOST.default_budget = budget
+        if prices:
+            HOST.default_prices = self.prices
 
     def launch(self) -> DurableSwarm:
         """Start DBOS on this swarm's database now (otherwise done by the first call)."""
@@ -293,12 +320,14 @@ class DurableSwarm:
         run_id: str | None,
         after_work: Any,
         agents: Sequence[Agent],
+        budget: Budget | None = None,
     ) -> tuple[str, dict[str, Any]]:
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             raise DurableSwarmError(
                 "`messages` must be a list of message dicts like "
                 '{"role": "user", "content": "..."}; nothing was started.'
             )
+        effective = check_budget(budget) or self.budget
         self.launch()
         run_id = run_id or str(uuid.uuid4())
         if self.client:
@@ -317,6 +346,8 @@ class DurableSwarm:
             "execute_tools": execute_tools,
             "after_work": encode_target(after_work),
             "agents": [agent_ref(a) for a in agents],
+            "budget": effective.to_json() if effective is not None else None,
+            "prices": self.prices,
         }
         return run_id, spec
 
@@ -335,11 +366,13 @@ class DurableSwarm:
         run_id: str | None = None,
         after_work: Any = None,
         agents: Sequence[Agent] = (),
+        budget: Budget | None = None,
     ) -> RunHandle:
         """Start a run without waiting for it; returns its `RunHandle`.
 
         With `run_id` of a run that already exists, attaches to that run: it is never executed
-        twice (the other arguments are then ignored).
+        twice (the other arguments are then ignored). `budget` limits this run's model calls,
+        tokens and cost (default: the swarm's `budget`; see `Budget`).
         """
         attach = run_id is not None  # a new UUID cannot name an existing run: no lookup
         run_id, spec = self._prepare(
@@ -354,9 +387,11 @@ class DurableSwarm:
             run_id,
             after_work,
             agents,
+            budget,
         )
         if attach and DBOS.get_workflow_status(run_id) is not None:
             return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
+        _begin_trace(run_id, agent, spec)
         return RunHandle(run_id, on_loop=_dbos.on_dbos_loop(_start(run_id, spec)))
 
     async def astart(
@@ -373,6 +408,7 @@ class DurableSwarm:
         run_id: str | None = None,
         after_work: Any = None,
         agents: Sequence[Agent] = (),
+        budget: Budget | None = None,
     ) -> RunHandle:
         """`start` for async code (the run executes on the caller's event loop)."""
         attach = run_id is not None  # a new UUID cannot name an existing run: no lookup
@@ -388,9 +424,11 @@ class DurableSwarm:
             run_id,
             after_work,
             agents,
+            budget,
         )
         if attach and await DBOS.get_workflow_status_async(run_id) is not None:
             return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
+        _begin_trace(run_id, agent, spec)
         return RunHandle(run_id, await _start(run_id, spec))
 
     @off_event_loop
@@ -408,6 +446,7 @@ class DurableSwarm:
         run_id: str | None = None,
         after_work: Any = None,
         agents: Sequence[Agent] = (),
+        budget: Budget | None = None,
     ) -> Any:
         """Swarm's `run`, durably: same arguments, same `Response` (or stream of events).
 
@@ -415,6 +454,7 @@ class DurableSwarm:
         run returns that run's result, or waits for it, and never executes it twice. While the
         run waits for the person, a warning on the `durable_swarm` logger says once per wait
         what it waits for and how to answer (`send_input`, `approve`, `reject`, or the CLI).
+        `budget` limits the run (see `start`); the `Response` carries its `usage`.
         """
         handle = self.start(
             agent,
@@ -428,6 +468,7 @@ class DurableSwarm:
             run_id=run_id,
             after_work=after_work,
             agents=agents,
+            budget=budget,
         )
         return handle.events() if stream else handle._result(notice=True)
 
@@ -464,6 +505,7 @@ class DurableSwarm:
         run_id: str | None = None,
         after_work: Any = None,
         agents: Sequence[Agent] = (),
+        budget: Budget | None = None,
     ) -> Any:
         """`run` for async code; with `stream=True` returns an async iterator of events."""
         handle = await self.astart(
@@ -478,6 +520,7 @@ class DurableSwarm:
             run_id=run_id,
             after_work=after_work,
             agents=agents,
+            budget=budget,
         )
         return handle.aevents() if stream else await handle.aresult()
 
@@ -606,13 +649,14 @@ class DurableSwarm:
         self.runs.cancel(run_id)
 
     @off_event_loop
-    def resume(self, run_id: str) -> RunHandle:
+    def resume(self, run_id: str, *, budget: Budget | None = None) -> RunHandle:
         """Continue a `cancelled` or `failed` run from its last finished step.
 
         A failed run is rewound to the step that failed (finished steps are kept), so once the
-        cause is fixed (a model endpoint back up, a bug fixed in a tool) it goes on.
+        cause is fixed (a model endpoint back up, a bug fixed in a tool) it goes on. A run
+        stopped by its `Budget` goes on with `budget` (a higher one) in its place.
         """
-        return RunHandle(self.runs.resume(run_id))
+        return RunHandle(self.runs.resume(run_id, budget))
 
     @off_event_loop
     def delete_run(self, run_id: str, *, force: bool = False) -> list[str]:
@@ -637,9 +681,9 @@ class DurableSwarm:
         """`cancel` for async code."""
         await asyncio.to_thread(self.cancel, run_id)
 
-    async def aresume(self, run_id: str) -> RunHandle:
+    async def aresume(self, run_id: str, *, budget: Budget | None = None) -> RunHandle:
         """`resume` for async code."""
-        return await asyncio.to_thread(self.resume, run_id)
+        return await asyncio.to_thread(lambda: self.resume(run_id, budget=budget))
 
     async def afork(self, run_id: str, step: int) -> RunHandle:
         """`fork` for async code."""

@@ -2,11 +2,12 @@
 
 Each model call is one step (`model:<agent>`), each tool call one step (`tool:<name>`), and the
 tool list of each MCP server the run meets one step (`tools:<server>`), so a replay offers the
-same tools even if the server changed. Step outputs are JSON: the assistant message (and token
-usage); the tool message, the changes the tool made to the context (so in-place changes replay
-without running the tool) and the handoff target by agent name and fingerprint. Replaying the
-recorded outputs through the same loop rebuilds the run's state exactly, which is how a killed
-process resumes.
+same tools even if the server changed. Step outputs are JSON: the assistant message, the token
+usage the server reported, the model name requested and the call's price in USD (None if
+unknown); the tool message, the changes the tool made to the context (so in-place changes
+replay without running the tool) and the handoff target by agent name and fingerprint.
+Replaying the recorded outputs through the same loop rebuilds the run's state exactly, which is
+how a killed process resumes.
 """
 
 from __future__ import annotations
@@ -25,9 +26,14 @@ from typing import Any, TypeVar
 from dbos import DBOS, SetWorkflowID, StepOptions
 from dbos._error import DBOSWorkflowCancelledError
 
-from .. import _registry, model
+from .. import _registry, model, tracing
 from .._aio import in_thread, is_async_callable
-from ..errors import AgentNotFoundError, DurableSwarmError, ToolResultNotSerializableError
+from ..errors import (
+    AgentNotFoundError,
+    BudgetExceededError,
+    DurableSwarmError,
+    ToolResultNotSerializableError,
+)
 from ..handoffs import AfterWork, AfterWorkOption
 from ..human import arguments_digest
 from ..loop import ListTools, ModelCall, ToolCall, Transition, WaitForInput, turn_loop
@@ -42,6 +48,7 @@ from ..tools import (
     tool_spec,
     unknown_tool,
 )
+from ..usage import Budget, Tally, Usage, call_cost
 from ._failures import DEFAULT_MODEL_RETRIES, model_failure, without_retries
 
 logger = logging.getLogger("durable_swarm")
@@ -50,6 +57,7 @@ T = TypeVar("T")
 WORKFLOW_NAME = "durable_swarm.run"
 EVENTS_STREAM = "events"
 WAITING_EVENT = "waiting_for"
+BUDGET_TOPIC = "budget"  # messages raising a run's budget (see `DurableRuntime._check_budget`)
 # A wait re-arms after this long; it may go on for as long as it takes.
 WAIT_SECONDS = 7 * 24 * 3600.0
 JOIN_POLL_SECONDS = 0.1
@@ -73,6 +81,9 @@ class RunHost:
         self.clients: OrderedDict[str, Any] = OrderedDict()
         self.live_agents: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.default_client: Any = None
+        self.default_budget: Budget | None = None  # for runs started without one (workers)
+        self.default_prices: dict[str, dict[str, float]] = {}
+        self.run_traces: dict[str, tracing.Run] = {}  # spans of runs started here, not begun
         self.problems: dict[str, str] = {}
 
     def set_client(self, run_id: str, client: Any) -> None:
@@ -180,6 +191,13 @@ def context_after(context: dict[str, Any], output: dict[str, Any]) -> dict[str, 
     return context
 
 
+def _raiser(error: BaseException) -> Any:
+    def refuse() -> None:
+        raise error
+
+    return refuse
+
+
 def _check_json(tool: str, run_id: str, payload: dict[str, Any]) -> None:
     try:
         json.dumps(payload, allow_nan=False)
@@ -188,21 +206,62 @@ def _check_json(tool: str, run_id: str, payload: dict[str, Any]) -> None:
 
 
 class DurableRuntime:
-    """Performs the loop's effects as DBOS steps of the current workflow."""
+    """Performs the loop's effects as DBOS steps of the current workflow.
+
+    `tally` counts the usage recorded by the run's model steps (and its sub-agents' results), so
+    replaying the log after a crash rebuilds it exactly; `budget` is checked against it before
+    each model call.
+    """
 
     def __init__(
-        self, run_id: str, stream: bool, model_retries: int = DEFAULT_MODEL_RETRIES
+        self,
+        run_id: str,
+        stream: bool,
+        model_retries: int = DEFAULT_MODEL_RETRIES,
+        budget: Budget | None = None,
+        prices: dict[str, dict[str, float]] | None = None,
+        trace: tracing.Run | None = None,
     ) -> None:
         self.run_id = run_id
         self.stream = stream
         self.model_retries = model_retries
+        self.budget = budget
+        self.prices = prices or {}
+        self.tally = Tally()
+        self.trace = trace  # this execution's run span (ended by `adrive`)
         # id(call) -> child handle or error message; calls live in the history, so ids stay unique
         self._children: dict[int, Any] = {}
         self._child_count = 0
         self._waits = 0  # numbers this run's waits (the same again on replay)
 
+    async def _check_budget(self, effect: ModelCall) -> None:
+        """Stop the run before this model call if its budget is spent.
+
+        Before failing, the run takes a raised budget sent by `resume(run_id, budget=...)` (a
+        DBOS message); the refusal is a step of its own (`budget:<limit>`); resume rewinds to
+        the look for a raised budget just before it.
+        """
+        while self.budget is not None:
+            try:
+                self.budget.check(
+                    self.tally.total,
+                    model=str(effect.request.get("model")),
+                    prices=self.prices,
+                    run_id=self.run_id,
+                    agent=effect.agent.name,
+                )
+                return
+            except BudgetExceededError as e:
+                exceeded = e
+            raised = await DBOS.recv_async(BUDGET_TOPIC, timeout_seconds=0)
+            if isinstance(raised, dict) and "budget" in raised:
+                self.budget = Budget.from_json(raised["budget"])
+                continue
+            await DBOS.run_step_async({"name": f"budget:{exceeded.limit}"}, _raiser(exceeded))
+
     async def acall_model(self, effect: ModelCall) -> dict[str, Any]:
         sender = effect.agent.name
+        await self._check_budget(effect)
         client = HOST.client_for(self.run_id)
         requester = without_retries(client)  # the step's retries are the only ones
         model_name = effect.request.get("model")
@@ -214,31 +273,37 @@ class DurableRuntime:
                 f"{type(e).__name__}; the run failed at this step (resume(run_id) retries)."
             )
 
-        def output_of(completion: Any) -> dict[str, Any]:
+        def output_of(completion: Any, span: Any) -> dict[str, Any]:
             message = model.completion_message(completion, sender, run_id=self.run_id)
-            return {"message": message, "usage": model.usage_of(completion), "model": model_name}
+            usage = model.usage_of(completion)
+            cost = call_cost(model_name, usage, self.prices)
+            tracing.record_completion(span, completion, usage, cost, message)
+            return {"message": message, "usage": usage, "model": model_name, "cost_usd": cost}
 
         async def model_step() -> dict[str, Any]:
             step[:] = [DBOS.step_id]
-            if effect.request.get("stream"):
-                return await self._streamed(requester, effect)
-            try:
-                completion = await model.acreate(
-                    requester, effect.request, sender=sender, run_id=self.run_id
-                )
-            except (KeyboardInterrupt, SystemExit) as e:
-                raise stopped(e) from None
-            return output_of(completion)
+            # The span is made inside the step: a step replayed from the log makes none.
+            with tracing.chat(self.trace, effect.request) as span:
+                if effect.request.get("stream"):
+                    return await self._streamed(requester, effect, span)
+                try:
+                    completion = await model.acreate(
+                        requester, effect.request, sender=sender, run_id=self.run_id
+                    )
+                except (KeyboardInterrupt, SystemExit) as e:
+                    raise stopped(e) from None
+                return output_of(completion, span)
 
         def sync_model_step() -> dict[str, Any]:
             step[:] = [DBOS.step_id]
-            try:
-                completion = model.create(
-                    requester, effect.request, sender=sender, run_id=self.run_id
-                )
-            except (KeyboardInterrupt, SystemExit) as e:
-                raise stopped(e) from None
-            return output_of(completion)
+            with tracing.chat(self.trace, effect.request) as span:
+                try:
+                    completion = model.create(
+                        requester, effect.request, sender=sender, run_id=self.run_id
+                    )
+                except (KeyboardInterrupt, SystemExit) as e:
+                    raise stopped(e) from None
+                return output_of(completion, span)
 
         options: StepOptions = {
             "name": f"model:{sender}",
@@ -261,10 +326,11 @@ class DurableRuntime:
             if failure is e:
                 raise
             raise failure from None
+        self.tally.add(sender, Usage.of_call(output.get("usage"), output.get("cost_usd")))
         message: dict[str, Any] = output["message"]
         return message
 
-    async def _streamed(self, client: Any, effect: ModelCall) -> dict[str, Any]:
+    async def _streamed(self, client: Any, effect: ModelCall, span: Any) -> dict[str, Any]:
         """A streamed model call: events go to the run's DBOS stream as they arrive."""
         step, attempt = DBOS.step_id, uuid.uuid4().hex[:8]
         assembler = model.StreamAssembler(effect.agent.name)
@@ -281,11 +347,10 @@ class DurableRuntime:
             if (event := assembler.feed(chunk)) is not None:
                 await publish(event)
         await publish({"delim": "end"})
-        return {
-            "message": assembler.message(),
-            "usage": assembler.usage,
-            "model": effect.request.get("model"),
-        }
+        requested, message = effect.request.get("model"), assembler.message()
+        cost = call_cost(requested, assembler.usage, self.prices)
+        tracing.record_completion(span, assembler.last_chunk, assembler.usage, cost, message)
+        return {"message": message, "usage": assembler.usage, "model": requested, "cost_usd": cost}
 
     async def await_input(self, effect: WaitForInput) -> Any:
         """A durable wait for the person: published as the run's `waiting_for` event, answered
@@ -325,9 +390,14 @@ class DurableRuntime:
     async def arecord(self, effect: Transition) -> None:
         """A handoff, recorded as a step of its own (visible in the run's timeline)."""
         event = effect.to_json()
+
+        def handoff_step() -> dict[str, Any]:
+            if self.trace is not None:
+                self.trace.handoff(event)
+            return event
+
         await DBOS.run_step_async(
-            {"name": f"handoff:{effect.source}->{effect.target or effect.reason}"},
-            lambda: event,
+            {"name": f"handoff:{effect.source}->{effect.target or effect.reason}"}, handoff_step
         )
 
     async def alist_tools(self, effect: ListTools) -> list[dict[str, Any]]:
@@ -365,13 +435,16 @@ class DurableRuntime:
                 "failed at this step. Fix the tool, then resume(run_id)."
             )
 
+        # Spans are made inside the steps: a step replayed from the log makes none.
         async def tool_step() -> dict[str, Any]:
             key = f"{self.run_id}:{DBOS.step_id}"
             before = context_snapshot(effect.context_variables)
             try:
-                outcome = await execute_tool_async(
-                    function, effect.call, effect.context_variables, idempotency_key=key
-                )
+                with tracing.tool(self.trace, effect.call) as span:
+                    outcome = await execute_tool_async(
+                        function, effect.call, effect.context_variables, idempotency_key=key
+                    )
+                    tracing.tool_result(span, outcome.message)
             except (KeyboardInterrupt, SystemExit) as e:
                 raise stopped(e) from None
             return payload_of(outcome, before)
@@ -380,9 +453,11 @@ class DurableRuntime:
             key = f"{self.run_id}:{DBOS.step_id}"
             before = context_snapshot(effect.context_variables)
             try:
-                outcome = execute_tool(
-                    function, effect.call, effect.context_variables, idempotency_key=key
-                )
+                with tracing.tool(self.trace, effect.call) as span:
+                    outcome = execute_tool(
+                        function, effect.call, effect.context_variables, idempotency_key=key
+                    )
+                    tracing.tool_result(span, outcome.message)
             except (KeyboardInterrupt, SystemExit) as e:
                 raise stopped(e) from None
             return payload_of(outcome, before)
@@ -416,6 +491,12 @@ class DurableRuntime:
                 "context_variables": {},
                 "parent": self.run_id,
                 "model_retries": self.model_retries,
+                "prices": self.prices,
+                "traceparent": self.trace.traceparent if self.trace is not None else None,
+                # A sub-agent draws on what is left of its parent's budget when it starts.
+                "budget": self.budget.remaining(self.tally.total).to_json()
+                if self.budget is not None
+                else None,
             }
             with SetWorkflowID(child_id):
                 self._children[id(call)] = await DBOS.start_workflow_async(run_workflow, spec)
@@ -427,6 +508,7 @@ class DurableRuntime:
         if isinstance(child, dict):
             return ToolOutcome(child, effect.context_variables)
         output = await child.get_result(polling_interval_sec=JOIN_POLL_SECONDS)
+        self.tally.merge(Tally.from_json(output.get("usage")))
         answer = final_answer(output.get("messages") or [])
         return ToolOutcome(tool_message(effect.call, answer), effect.context_variables)
 
@@ -504,9 +586,16 @@ async def run_workflow(spec: dict[str, Any]) -> dict[str, Any]:
         after_work=await decode_target(run_id, spec.get("after_work")),
         agents=agents,
     )
+    budget = Budget.from_json(spec["budget"]) if "budget" in spec else HOST.default_budget
+    prices = spec.get("prices", HOST.default_prices)
+    # The span opened when the run was started in this process, else a new one in the run's
+    # trace (a recovered or resumed execution continues the trace stored with the run).
+    trace = HOST.run_traces.pop(run_id, None) or tracing.start_run(
+        agent.name, run_id=run_id, traceparent=spec.get("traceparent")
+    )
+    retries = spec.get("model_retries", DEFAULT_MODEL_RETRIES)
+    runtime = DurableRuntime(run_id, bool(spec.get("stream")), retries, budget, prices, trace)
     try:
-        retries = spec.get("model_retries", DEFAULT_MODEL_RETRIES)
-        runtime = DurableRuntime(run_id, bool(spec.get("stream")), retries)
         response = await adrive(loop, runtime)
     finally:
         if spec.get("stream"):
@@ -515,4 +604,5 @@ async def run_workflow(spec: dict[str, Any]) -> dict[str, Any]:
         "messages": response.messages,
         "agent": agent_ref(response.agent) if response.agent is not None else None,
         "context_variables": response.context_variables,
+        "usage": runtime.tally.to_json(),
     }

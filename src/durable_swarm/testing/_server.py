@@ -52,7 +52,9 @@ class FakeOpenAIServer:
     ``GET /_fake/requests`` and ``POST /_fake/reset``; anything else is a 404 in OpenAI's error
     shape. Requests are answered from ``script`` (default :func:`echo`), after any faults queued
     with :meth:`inject`. ``latency`` delays every completion (before its first chunk when
-    streamed); ``chunk_delay`` spaces streamed chunks.
+    streamed); ``chunk_delay`` spaces streamed chunks. Completions report token usage; a streamed
+    one does in a last chunk when asked with ``stream_options={"include_usage": true}``, or,
+    with ``accept_stream_options=False``, refuses that option with a 400 as some servers do.
 
     Use it as a context manager or call :meth:`start` / :meth:`stop`.
     """
@@ -65,8 +67,10 @@ class FakeOpenAIServer:
         chunk_delay: float = 0.0,
         host: str = "127.0.0.1",
         port: int = 0,
+        accept_stream_options: bool = True,
     ) -> None:
         self._cursor = ScriptCursor(echo if script is None else script)
+        self.accept_stream_options = accept_stream_options
         self._latency = latency
         self._chunk_delay = chunk_delay
         self._host = host
@@ -284,6 +288,9 @@ class FakeOpenAIServer:
             fault = self._faults.popleft() if self._faults else None
         try:
             if params is None:
+                return await self._fail(conn, writer, 400, problem, "invalid_request_error")
+            if "stream_options" in params and not self.accept_stream_options:
+                problem = "Unrecognized request argument supplied: stream_options"
                 return await self._fail(conn, writer, 400, problem, "invalid_request_error")
             try:
                 answer, delay = self._pick(params, fault)
