@@ -33,11 +33,18 @@ def blocking_executor() -> concurrent.futures.ThreadPoolExecutor:
         return _blocking
 
 
-async def in_thread(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    """`asyncio.to_thread` on `blocking_executor()`: `func` runs in a thread with the caller's
+async def run_in(
+    executor: concurrent.futures.Executor, func: Callable[..., T], /, *args: Any, **kwargs: Any
+) -> T:
+    """`asyncio.to_thread` on `executor`: `func` runs in one of its threads with the caller's
     context variables, and the caller awaits it."""
     call = functools.partial(contextvars.copy_context().run, func, *args, **kwargs)
-    return await asyncio.get_running_loop().run_in_executor(blocking_executor(), call)
+    return await asyncio.get_running_loop().run_in_executor(executor, call)
+
+
+async def in_thread(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """`run_in(blocking_executor(), func, ...)`."""
+    return await run_in(blocking_executor(), func, *args, **kwargs)
 
 
 def is_async_callable(func: Any) -> bool:

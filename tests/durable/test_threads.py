@@ -1,5 +1,5 @@
-"""Where a durable run's work happens: sync tools and sync model clients in one thread of the
-library's blocking pool (a sync DBOS step), `openai.AsyncOpenAI` on the event loop, and a DBOS
+"""Where a durable run's work happens: sync tools and sync model clients each in one thread of
+the library's own pools (a sync DBOS step), `openai.AsyncOpenAI` on the event loop, and a DBOS
 executor sized from the machine."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def reply(messages: list[dict[str, Any]], tools: Any) -> Any:
 AGENT = Agent(name="threads-agent", instructions="Look it up.", functions=[record_lookup])
 
 
-def test_sync_tool_and_sync_client_run_as_one_thread_steps_on_the_blocking_pool(
+def test_sync_tool_and_sync_client_run_as_one_thread_steps_on_their_own_pools(
     durable_swarm_factory, run_id
 ):
     SEEN["model"].clear()
@@ -47,8 +47,8 @@ def test_sync_tool_and_sync_client_run_as_one_thread_steps_on_the_blocking_pool(
 
     assert response.messages[-1]["content"] == "done"
     assert len(SEEN["model"]) == 2 and len(SEEN["tool"]) == 1
-    threads = [*SEEN["model"], SEEN["tool"][0][0]]
-    assert all(name.startswith("durable-swarm-blocking") for name in threads), threads
+    assert all(name.startswith("durable-swarm-blocking") for name in SEEN["model"]), SEEN
+    assert SEEN["tool"][0][0].startswith("durable-swarm-tool"), SEEN
     # still one checkpoint each, and the key names the tool's own step
     steps = [s for s in swarm.get_run(run_id).steps if s.kind in ("model", "tool")]
     assert [(s.kind, s.name) for s in steps] == [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
 from collections.abc import Callable, Coroutine, Sequence
@@ -43,13 +44,16 @@ def is_launched() -> bool:
 
 
 def executor_threads() -> int:
-    """How many threads DBOS's executor gets: `DURABLE_SWARM_EXECUTOR_THREADS` if set, else 4 per
-    CPU core, at least 4 and at most 20 (DBOS's connection pool size).
+    """How many threads DBOS's executor gets, and as many the pool of sync tools (`tool_executor`):
+    `DURABLE_SWARM_EXECUTOR_THREADS` if set, else 4 per CPU core, at least 4 and at most 20
+    (DBOS's connection pool size).
 
     Durable runs are async workflows: they are tasks on an event loop, and DBOS's executor only
-    carries their short database calls (sync tools and sync model clients have their own pool,
-    `_aio.blocking_executor()`). More threads than cores and connections can use only fight
-    over the GIL and the pool: 64 threads cost ~18% more CPU per run than 8 with 50 runs at once.
+    carries their short database calls. A sync tool's step (looked up, run and recorded in one
+    thread) does database work too, so its pool is as small; sync model clients, which mostly
+    wait for the network, use `_aio.blocking_executor()`. More threads than cores and connections
+    can use only fight over the GIL and the connection pool: with 50 runs at once, 64 threads
+    cost ~18% more CPU per run than 8. Raise it for sync tools that block for long.
     """
     configured = os.environ.get("DURABLE_SWARM_EXECUTOR_THREADS")
     if configured:
@@ -64,6 +68,20 @@ def executor_threads() -> int:
             )
         return threads
     return max(4, min(20, 4 * (os.cpu_count() or 1)))
+
+
+_tools: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def tool_executor() -> concurrent.futures.ThreadPoolExecutor:
+    """The process's pool for the steps of sync tools (`executor_threads()` threads at most)."""
+    global _tools
+    with _lock:
+        if _tools is None:
+            _tools = concurrent.futures.ThreadPoolExecutor(
+                executor_threads(), thread_name_prefix="durable-swarm-tool"
+            )
+        return _tools
 
 
 def _config(url: str, executor_id: str | None, poll_interval: float) -> dict[str, Any]:

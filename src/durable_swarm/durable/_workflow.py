@@ -13,6 +13,7 @@ how a killed process resumes.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib
 import inspect
 import json
@@ -27,7 +28,7 @@ from dbos import DBOS, SetWorkflowID, StepOptions
 from dbos._error import DBOSWorkflowCancelledError
 
 from .. import _registry, model, tracing
-from .._aio import in_thread, is_async_callable
+from .._aio import blocking_executor, is_async_callable, run_in
 from ..errors import (
     AgentNotFoundError,
     BudgetExceededError,
@@ -49,6 +50,7 @@ from ..tools import (
     unknown_tool,
 )
 from ..usage import Budget, Tally, Usage, call_cost
+from ._dbos import tool_executor
 from ._failures import DEFAULT_MODEL_RETRIES, model_failure, without_retries
 
 logger = logging.getLogger("durable_swarm")
@@ -317,7 +319,7 @@ class DurableRuntime:
             if effect.request.get("stream") or is_async_callable(requester.chat.completions.create):
                 output = await DBOS.run_step_async(options, model_step)
             else:  # a sync client: the whole step in one thread, as a sync DBOS step
-                output = await sync_step(options, sync_model_step)
+                output = await sync_step(options, sync_model_step, blocking_executor())
         except Exception as e:
             failure = model_failure(
                 e, run_id=self.run_id, step=step[0] if step else None, agent=sender,
@@ -466,7 +468,7 @@ class DurableRuntime:
         if inspect.iscoroutinefunction(function):
             output = await DBOS.run_step_async(options, tool_step)
         else:  # a sync tool: checked, run and recorded in one thread, as a sync DBOS step
-            output = await sync_step(options, sync_tool_step)
+            output = await sync_step(options, sync_tool_step, tool_executor())
         target = await decode_target(self.run_id, output.get("handoff"))
         context = context_after(effect.context_variables, output)
         return ToolOutcome(output["message"], context, target, output.get("ask"))
@@ -513,15 +515,18 @@ class DurableRuntime:
         return ToolOutcome(tool_message(effect.call, answer), effect.context_variables)
 
 
-async def sync_step(options: StepOptions, body: Callable[[], T]) -> T:
+async def sync_step(
+    options: StepOptions, body: Callable[[], T], executor: concurrent.futures.Executor
+) -> T:
     """`body` as a sync DBOS step of the current workflow, run from async code.
 
     DBOS runs an `async def` step in three thread hops (look up its recorded result, enter the
     step, record the result), plus one more when the body is blocking code; a sync step is looked
-    up, run and recorded in one thread. That thread comes from `_aio.blocking_executor()`, so a
-    slow tool or model call never holds one of DBOS's (few) executor threads.
+    up, run and recorded in one thread. That thread comes from `executor` (sync tools:
+    `_dbos.tool_executor()`, sync model clients: `_aio.blocking_executor()`), so a slow tool or
+    model call never holds one of DBOS's executor threads.
     """
-    return await in_thread(DBOS.run_step, options, body)
+    return await run_in(executor, DBOS.run_step, options, body)
 
 
 def encode_target(target: Any) -> dict[str, Any] | None:
