@@ -54,6 +54,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/recovery.py
 	$(BIN)/python benchmarks/storage.py
 	$(BIN)/python benchmarks/mcp_tools.py
+	$(BIN)/python benchmarks/console.py
 
 # Small runs of the benchmarks (CI runs this once, so they cannot rot); the figures are noisy.
 bench-quick: $(STAMP)
@@ -62,6 +63,7 @@ bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/recovery.py --quick
 	$(BIN)/python benchmarks/storage.py --quick
 	$(BIN)/python benchmarks/mcp_tools.py --quick
+	$(BIN)/python benchmarks/console.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -375,26 +375,28 @@ class RunQuery:
         t = self._tables
         ws, op = t.workflow_status, t.operation_outputs
         kinds = ("prompt_tokens", "completion_tokens", "total_tokens")
-        sums = [
-            sa.func.coalesce(
-                sa.func.sum(
-                    sa.cast(self._json_text(op.c.output, "value", "usage", k), sa.BigInteger)
-                ),
-                0,
-            )
-            for k in kinds
-        ]
-        query = (
-            sa.select(*sums)
+        if self._postgres:  # parse each output once, not once per count
+            usage: Any = sa.func.jsonb_extract_path(sa.cast(op.c.output, JSONB), "value", "usage")
+        else:
+            usage = sa.func.json_extract(op.c.output, "$.value.usage")
+        usages = (
+            sa.select(usage.label("usage"))
             .select_from(op.join(ws, ws.c.workflow_uuid == op.c.workflow_uuid))
             .where(
                 ws.c.name == WORKFLOW_NAME,
                 op.c.function_name.like(_MESSAGE_STEPS[0]),
                 op.c.output.is_not(None),
             )
+            .subquery()
         )
+        sums = [
+            sa.func.coalesce(
+                sa.func.sum(sa.cast(self._json_text(usages.c.usage, k), sa.BigInteger)), 0
+            )
+            for k in kinds
+        ]
         with self._engine.connect() as conn:
-            row = conn.execute(query).one()
+            row = conn.execute(sa.select(*sums)).one()
         return {k: int(v) for k, v in zip(kinds, row, strict=True)}
 
     def approvals(self, *, limit: int | None = None) -> list[PendingApproval]:

@@ -15,25 +15,6 @@ def _time(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def _usage_fields(info: RunInfo) -> dict[str, Any]:
-    """Token usage and cost, when this version of `RunInfo` records them."""
-    fields: dict[str, Any] = {}
-    for name in ("usage", "usage_by_agent", "cost_usd"):
-        value = getattr(info, name, None)
-        if value is not None:
-            fields[name] = value if isinstance(value, (dict, int, float)) else _plain(value)
-    return fields
-
-
-def _plain(value: Any) -> Any:
-    dump = getattr(value, "model_dump", None) or getattr(value, "to_json", None)
-    if callable(dump):
-        return dump()
-    if hasattr(value, "__dataclass_fields__"):
-        return {k: getattr(value, k) for k in value.__dataclass_fields__}
-    return str(value)
-
-
 def run_summary(info: RunInfo, usage: dict[str, int] | None = None) -> dict[str, Any]:
     """A run as a row of the runs list: ids, status, agent, times, model calls and tokens."""
     return {
@@ -48,7 +29,6 @@ def run_summary(info: RunInfo, usage: dict[str, int] | None = None) -> dict[str,
         "forked_from": info.forked_from,
         "waiting_for": info.waiting_for,
         "error": info.error,
-        **_usage_fields(info),
     }
 
 
