@@ -139,6 +139,8 @@ def test_approvals_list_the_exact_call_and_approving_twice_is_409(
     run = wait_status(console, host, pay, "succeeded")
     assert run["messages"][-1]["content"] == "Done: Refunded $42 on order A-17"
     assert pay not in {a["run_id"] for a in console.http.get("/api/approvals").json()["approvals"]}
+    page = console.http.get("/api/approvals", params={"limit": 1}).json()
+    assert len(page["approvals"]) == 1 and page["total"] >= 1
 
 
 def test_rejecting_tells_the_model_why(console: Console, host: Host, batch: str) -> None:

@@ -126,6 +126,16 @@ class RunQuery:
         json_path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
         return sa.func.json_extract(column, json_path)
 
+    def _waits_for(self, ev: Any, kind: str) -> Any:
+        """The `waiting_for` event `ev` says the run waits for `kind` (`input`, `approval`).
+        A LIKE on the stored text (as the serializer writes it) spares parsing the JSON of
+        every other run's event."""
+        stored = json.dumps({"kind": kind})[1:-1]
+        return sa.and_(
+            ev.c.value.like(f"%{stored}%"),
+            self._json_text(ev.c.value, "value", "kind") == kind,
+        )
+
     def _filtered(
         self,
         columns: list[Any],
@@ -157,8 +167,8 @@ class RunQuery:
                     ws.c.status.in_(_DBOS_STATUSES["pending"]),
                     sa.or_(ws.c.status != "PENDING", kind.is_(None)),
                 ),
-                "waiting_for_input": sa.and_(waits, kind.is_not(None), kind != "approval"),
-                "waiting_for_approval": sa.and_(waits, kind == "approval"),
+                "waiting_for_input": sa.and_(waits, self._waits_for(ev, "input")),
+                "waiting_for_approval": sa.and_(waits, self._waits_for(ev, "approval")),
             }
             where.append(
                 sa.or_(*(by_status.get(s, ws.c.status.in_(_DBOS_STATUSES[s])) for s in status))
@@ -419,7 +429,7 @@ class RunQuery:
             .where(
                 ws.c.name == WORKFLOW_NAME,
                 ws.c.status == "PENDING",
-                self._json_text(ev.c.value, "value", "kind") == "approval",
+                self._waits_for(ev, "approval"),
             )
             .order_by(ws.c.created_at, ws.c.workflow_uuid)
         )

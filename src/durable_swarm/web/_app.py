@@ -236,9 +236,15 @@ def create_app(
         )
 
     @app.get("/api/approvals", tags=["approvals"])
-    def approvals() -> dict[str, Any]:
-        """Tool calls waiting for a person's approval: `{"approvals": [...]}`, oldest first."""
-        return {"approvals": [approval_json(a) for a in client.list_approvals()]}
+    def approvals(limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict[str, Any]:
+        """Tool calls waiting for a person's approval, longest waiting first:
+        `{"approvals": [...], "total": N}` (the first `limit` of them)."""
+        found = client.list_approvals(limit=limit)
+        total = client.count_runs(status="waiting_for_approval") if len(found) == limit else None
+        return {
+            "approvals": [approval_json(a) for a in found],
+            "total": len(found) if total is None else total,
+        }
 
     @app.get("/metrics", tags=["metrics"], response_class=Response)
     def metrics() -> Response:

@@ -96,9 +96,9 @@ function notice(text, isError) {
 async function refreshBadge() {
   const badge = document.getElementById("approval-count");
   try {
-    const data = await api("/api/approvals");
-    badge.textContent = String(data.approvals.length);
-    badge.hidden = data.approvals.length === 0;
+    const data = await api("/api/approvals?limit=1");
+    badge.textContent = String(data.total);
+    badge.hidden = data.total === 0;
   } catch (_) { badge.hidden = true; }
 }
 
