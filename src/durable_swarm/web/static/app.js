@@ -355,6 +355,8 @@ function approvalsPage() {
       list.replaceChildren(el("li", { class: "muted", text: "Nothing waits for approval." }));
       return;
     }
+    const more = data.total > data.approvals.length
+      ? [el("li", { class: "muted", text: `…and ${data.total - data.approvals.length} more, longest waiting first.` })] : [];
     list.replaceChildren(...data.approvals.map((a) => {
       const reason = el("input", { placeholder: "Reason (if you reject)", "aria-label": "Reason for rejecting" });
       const approve = el("button", { type: "button", class: "primary", text: "Approve" });
@@ -362,11 +364,11 @@ function approvalsPage() {
       approve.addEventListener("click", () => decide(a, true));
       reject.addEventListener("click", () => decide(a, false, reason.value));
       return el("li", { class: "card approval", "data-run-id": a.run_id },
-        el("div", { class: "approval-head" }, el("code", { class: "tool", text: a.tool }), el("span", { class: "muted" }, "by ", a.agent || "?", " · ", when(a.since))),
+        el("div", { class: "approval-head" }, el("code", { class: "tool", text: a.tool }), el("span", { class: "muted" }, "asked by ", a.agent || "?", " · ", when(a.since))),
         el("div", { class: "sub" }, "run ", runLink(a.run_id)),
         el("pre", { class: "args", text: pretty(a.arguments) }),
         el("div", { class: "buttons" }, reason, approve, reject));
-    }));
+    }), ...more);
   }
 
   load();
