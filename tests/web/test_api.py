@@ -59,6 +59,8 @@ def test_run_detail_has_steps_with_arguments_results_tokens_and_durations(
     assert model["tokens"] > 0 and model["duration_ms"] is not None and model["error"] is None
     assert run["messages"][-1]["content"] == "Done: Sunny and 21°C in Paris"
     assert run["waiting_for"] is None and run["model_calls"] == 2
+    assert run["usage"]["total_tokens"] == run["tokens"] and run["usage"]["model_calls"] == 2
+    assert run["usage_by_agent"]["Support"]["model_calls"] == 2
 
     parent = console.http.get(f"/api/runs/{batch}-sub").json()
     assert parent["children"] == [f"{batch}-sub-sub1"]

@@ -119,6 +119,10 @@ def test_a_run_page_shows_the_tool_calls_and_the_final_answer(tab: Page, batch: 
     assert page.locator('#timeline li[data-kind="model"]').count() == 2
     assert page.locator("#status").inner_text() == "succeeded"
     assert page.locator("#wait-input").is_hidden() and page.locator("#wait-approval").is_hidden()
+    cost = tab.page.evaluate(
+        f"fetch('/api/runs/{batch}-ok').then(r => r.json()).then(r => r.cost_usd)"
+    )
+    assert f"${cost:.4f}" in page.locator("#facts").inner_text()
 
     parent = tab.open(f"/runs/{batch}-sub")
     parent.wait_for_selector(f'#facts a[href="/runs/{batch}-sub-sub1"]')

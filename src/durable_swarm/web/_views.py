@@ -16,7 +16,8 @@ def _time(value: datetime | None) -> str | None:
 
 
 def run_summary(info: RunInfo, usage: dict[str, int] | None = None) -> dict[str, Any]:
-    """A run as a row of the runs list: ids, status, agent, times, model calls and tokens."""
+    """A run as a row of the runs list: ids, status, agent, times, model calls and tokens so far,
+    and `usage`/`cost_usd` (sub-agents included) once the run has recorded them."""
     return {
         "run_id": info.run_id,
         "status": info.status,
@@ -29,6 +30,8 @@ def run_summary(info: RunInfo, usage: dict[str, int] | None = None) -> dict[str,
         "forked_from": info.forked_from,
         "waiting_for": info.waiting_for,
         "error": info.error,
+        "usage": info.usage.to_json() if info.usage is not None else None,
+        "cost_usd": info.cost_usd,
     }
 
 
@@ -100,6 +103,7 @@ def run_detail(
         "messages": info.messages,
         "context_variables": info.context_variables,
         "steps": [step_json(s, arguments) for s in info.steps],
+        "usage_by_agent": {name: u.to_json() for name, u in info.usage_by_agent.items()},
         "transitions": info.transitions,
         "decisions": info.decisions,
         "children": info.children,

@@ -231,6 +231,7 @@ function runPage() {
       ...fact("Model calls", String(run.model_calls)),
       ...fact("Tokens", run.tokens ? run.tokens.toLocaleString() : "–"),
     ];
+    if (run.cost_usd !== null && run.cost_usd !== undefined) facts.push(...fact("Cost", `$${run.cost_usd.toFixed(4)}`));
     if (run.parent) facts.push(...fact("Parent run", runLink(run.parent)));
     if (run.forked_from) facts.push(...fact("Forked from", runLink(run.forked_from)));
     if (run.children.length) facts.push(...fact("Sub-agent runs", ...run.children.map((c, i) => [i ? ", " : "", runLink(c)])));
