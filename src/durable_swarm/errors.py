@@ -15,7 +15,9 @@ __all__ = [
     "AgentNotFoundError",
     "BudgetExceededError",
     "ContextExpressionError",
+    "DatabaseFaultError",
     "DatabaseUnavailableError",
+    "DecisionConflictError",
     "DurableSwarmError",
     "MCPServerUnavailableError",
     "ModelCallError",
@@ -81,6 +83,67 @@ class ModelResponseError(DurableSwarmError):
 
     def _kwargs(self) -> dict[str, Any]:
         return {"message": self.message, "agent": self.agent, "run_id": self.run_id}
+
+
+class DatabaseFaultError(DurableSwarmError):
+    """The run database refused a write in the middle of a run (read-only file, full disk,
+    locked database, lost connection); the run lost nothing."""
+
+    url: str
+    cause: str
+    run_id: str | None
+
+    def __init__(self, url: str, cause: str, *, run_id: str | None = None):
+        super().__init__(
+            f"Run {run_id!r} stopped: the run database {url!r} refused a write: {cause}. "
+            "Nothing is lost: the run is retried once the fault is fixed (free disk space, make "
+            "the file writable, stop the process holding the lock, restore the connection), or "
+            "ends failed with this error and resume(run_id) continues it.",
+            url=url,
+            cause=cause,
+            run_id=run_id,
+        )
+
+    def _kwargs(self) -> dict[str, Any]:
+        return dict(self._fields)
+
+
+class DecisionConflictError(DurableSwarmError):
+    """A tool call waiting for approval was already decided by someone else; this decision was
+    not applied."""
+
+    run_id: str
+    tool_call_id: str
+    approved: bool
+    by: str | None
+    at: str
+    attempted: str
+
+    def __init__(
+        self,
+        run_id: str,
+        tool_call_id: str,
+        *,
+        approved: bool,
+        by: str | None,
+        at: str,
+        attempted: str,
+    ):
+        decided = "approved" if approved else "rejected"
+        super().__init__(
+            f"Tool call {tool_call_id!r} of run {run_id!r} was already {decided} by "
+            f"{by or 'someone (no name given)'} at {at}; your {attempted} was not applied. "
+            "Check get_run(run_id) for where the run is now.",
+            run_id=run_id,
+            tool_call_id=tool_call_id,
+            approved=approved,
+            by=by,
+            at=at,
+            attempted=attempted,
+        )
+
+    def _kwargs(self) -> dict[str, Any]:
+        return dict(self._fields)
 
 
 class RunNotFoundError(DurableSwarmError, KeyError):

@@ -37,6 +37,15 @@ SAMPLES = [
     errors.ToolUnavailableError("the printer is off"),
     errors.MCPServerUnavailableError("ledger", "ConnectError: refused (3 attempts)"),
     errors.BudgetExceededError("max_model_calls", 3, 3, run_id="r7", agent="Triage"),
+    errors.DatabaseFaultError("/tmp/runs.sqlite", "the disk is full", run_id="r8"),
+    errors.DecisionConflictError(
+        "r7",
+        "call_1",
+        approved=True,
+        by="alice",
+        at="2026-01-01T00:00:00+00:00",
+        attempted="reject",
+    ),
 ]
 
 

@@ -2,7 +2,8 @@
 
 Starts one run per tag in `config["tags"]` (run id `<tag>`) with `DurableSwarm.start`, writes
 `<work>/result-<tag>.json` as each finishes, and keeps serving (taking over other processes' runs)
-until SIGTERM. `config` also gives `database_url`, `heartbeat_interval`, `dead_after`.
+until SIGTERM. `config` also gives `database_url`, `heartbeat_interval`, `dead_after`, and
+`agent` ("Stepper", or "Ghost": the agent of `_ghost.py`).
 """
 
 from __future__ import annotations
@@ -29,8 +30,12 @@ def main(config: dict) -> None:
     ).launch()
     print(f"launched {_dbos.ownership().executor_id}", flush=True)
 
+    agent = stepper
+    if config.get("agent") == "Ghost":
+        from _ghost import ghost as agent
+
     def finish(tag: str) -> None:
-        handle = swarm.start(stepper, [{"role": "user", "content": f"step {tag}"}], run_id=tag)
+        handle = swarm.start(agent, [{"role": "user", "content": f"step {tag}"}], run_id=tag)
         response = handle.result()
         (WORK_DIR / f"result-{tag}.json").write_text(json.dumps(response.messages))
 

@@ -151,7 +151,7 @@ class DurableClient:
         self.database_url = resolve_database_url(database_url)
         self.poll_interval = poll_interval
         self._dbos = _connect(self.database_url)
-        self.runs = RunControl(ClientSource(self._dbos))
+        self.runs = RunControl(ClientSource(self._dbos), self.database_url)
 
     def __repr__(self) -> str:
         return f"DurableClient(database_url={self.database_url!r})"
@@ -301,7 +301,10 @@ class DurableClient:
 
     def approve(self, run_id: str, tool_call_id: str, *, by: str | None = None) -> None:
         """Approve the tool call a run waits on; it runs with exactly the arguments shown in
-        `get_run(run_id).waiting_for`."""
+        `get_run(run_id).waiting_for`.
+
+        Raises `DecisionConflictError` if the call was already decided (concurrent decisions:
+        exactly one wins), and `DurableSwarmError` if the run does not wait for this call."""
         self.runs.decide(run_id, tool_call_id, True, None, by)
 
     def reject(
@@ -312,7 +315,8 @@ class DurableClient:
         *,
         by: str | None = None,
     ) -> None:
-        """Reject the tool call a run waits on; the model reads `message` as the tool's result."""
+        """Reject the tool call a run waits on; the model reads `message` as the tool's result.
+        Raises as `approve` does."""
         self.runs.decide(run_id, tool_call_id, False, message, by)
 
     # --- steering runs -------------------------------------------------------------------

@@ -14,7 +14,9 @@ from dbos import SetWorkflowID
 
 from ..errors import DurableSwarmError, RunNotFoundError
 from ..usage import Budget, check_budget
+from ._decisions import Decision, DecisionLog, payload
 from ._listing import PendingApproval, RunQuery, check_statuses
+from ._notices import Notices
 from ._runs import RunInfo, read_run, step_record, summarize, tally_steps
 from ._workflow import BUDGET_TOPIC, WAITING_EVENT
 
@@ -73,15 +75,22 @@ def _system_database(source: Any) -> Any:
 class RunControl:
     """Runs as their log tells them, and the commands that steer them (see `DurableSwarm`)."""
 
-    def __init__(self, source: Any) -> None:
+    def __init__(self, source: Any, database_url: str) -> None:
         self.source = source
         self._query: RunQuery | None = None
+        self.decisions = DecisionLog(database_url)
+        self.notices = Notices(database_url)
 
     # --- reading ---------------------------------------------------------------------------
 
     def get_run(self, run_id: str) -> RunInfo:
-        """The whole run (raises `RunNotFoundError` for an unknown id)."""
-        return read_run(run_id, self.source)
+        """The whole run (raises `RunNotFoundError` for an unknown id); a pending run that
+        cannot move on says why in `problem` (e.g. the agent it waits for)."""
+        info = read_run(run_id, self.source)
+        if info.status == "pending":
+            status = self.source.get_workflow_status(run_id)
+            info.problem = self.notices.read(run_id, getattr(status, "executor_id", None))
+        return info
 
     @property
     def query(self) -> RunQuery:
@@ -183,23 +192,41 @@ class RunControl:
     def decide(
         self, run_id: str, tool_call_id: str, approved: bool, message: str | None, by: str | None
     ) -> None:
-        """Approve or reject the tool call `run_id` waits on (bound to its exact arguments)."""
-        waiting = self._waiting(run_id, "approval")
+        """Approve or reject the tool call `run_id` waits on (bound to its exact arguments).
+
+        Of concurrent decisions on one wait, exactly one takes effect (see `durable._decisions`);
+        the others raise `DecisionConflictError` with what was decided, by whom and when. So
+        does a decision on a call decided earlier. A call the run does not wait for raises
+        `DurableSwarmError`; nothing is sent then.
+        """
+        try:
+            waiting = self._waiting(run_id, "approval")
+        except DurableSwarmError:
+            self._decided_before(run_id, tool_call_id, approved)
+            raise
         pending = (waiting.get("tool_call") or {}).get("id")
         if pending != tool_call_id:
+            self._decided_before(run_id, tool_call_id, approved)
             raise DurableSwarmError(
                 f"Run {run_id!r} waits for approval of tool call {pending!r}, not "
                 f"{tool_call_id!r}; nothing was sent."
             )
-        decision = {
-            "tool_call_id": tool_call_id,
-            "digest": waiting.get("digest"),
-            "approved": approved,
-            "message": message,
-            "by": by,
-            "at": _now(),
-        }
+        mine = Decision(
+            run_id, int(waiting.get("wait_id") or 0), tool_call_id, approved, message, by, _now()
+        )
+        earlier = self.decisions.record(mine)
+        # The recorded decision is sent even by a loser: if the winner died before sending it,
+        # this delivers it (a second send of one wait's decision is dropped by its key).
+        decision = payload(earlier or mine, waiting.get("digest"))
         self.source.send(run_id, decision, "approval", idempotency_key=_answer_key(run_id, waiting))
+        if earlier is not None:
+            raise earlier.conflict(approved)
+
+    def _decided_before(self, run_id: str, tool_call_id: str, approved: bool) -> None:
+        """Raise `DecisionConflictError` if `tool_call_id` of `run_id` was decided already."""
+        earlier = self.decisions.find(run_id, tool_call_id=tool_call_id)
+        if earlier is not None:
+            raise earlier.conflict(approved)
 
     # --- steering ----------------------------------------------------------------------------
 

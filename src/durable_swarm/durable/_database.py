@@ -21,8 +21,10 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_SQLITE_FILE",
     "create_engine",
+    "describe_fault",
     "display_url",
     "is_postgres",
+    "prepare_sqlite",
     "resolve_database_url",
     "sqlite_path",
 ]
@@ -114,3 +116,52 @@ def create_engine(
     return sa.create_engine(
         address, pool_pre_ping=True, connect_args={"connect_timeout": connect_timeout}, **pool
     )
+
+
+_FAULTS = [
+    ("readonly", "the database file (or its folder) is read-only"),
+    ("read-only", "the database file (or its folder) is read-only"),
+    ("disk is full", "the disk is full"),
+    ("no space left", "the disk is full"),
+    ("database is locked", "the database is locked by another process for longer than the busy "
+     "timeout (30 s)"),
+    ("unable to open", "the database file cannot be opened"),
+    ("disk i/o error", "the disk failed to read or write"),
+]  # fmt: skip
+
+
+def _writable(path: Path) -> bool:
+    return os.access(path.parent, os.W_OK) and (not path.exists() or os.access(path, os.W_OK))
+
+
+def describe_fault(error: BaseException, url: str | None = None) -> str:
+    """What a database error means for a person: the cause (read-only file, full disk, locked
+    database...) followed by the driver's own words. With the SQLite `url`, a file or folder
+    that cannot be written is named as the cause whatever the driver said."""
+    words = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+    lowered = words.lower()
+    path = sqlite_path(url) if url else None
+    if path is not None and path.parent.exists() and not _writable(path):
+        lowered = "read-only"
+    for needle, cause in _FAULTS:
+        if needle in lowered:
+            return f"{cause} ({words})"
+    return f"{type(getattr(error, 'orig', None) or error).__name__}: {words}"
+
+
+def prepare_sqlite(url: str) -> None:
+    """Put the SQLite database of `url` in WAL mode (readers never block the writer, and a
+    crash never leaves a half-written page); the mode is stored in the file, once. Waits up to
+    30 s for a lock. Raises `sqlite3.Error` (e.g. a read-only file). No-op for PostgreSQL."""
+    import sqlite3
+
+    path = sqlite_path(url)
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, timeout=30)
+    try:
+        if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            db.execute("PRAGMA journal_mode=WAL")
+    finally:
+        db.close()

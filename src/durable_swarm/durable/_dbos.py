@@ -13,12 +13,23 @@ from dbos import DBOS
 
 from .._aio import in_event_loop
 from ..errors import DatabaseUnavailableError, DurableSwarmError
-from ._database import display_url
+from ._database import describe_fault, display_url, prepare_sqlite
 from ._failures import quiet_tracebacks
 from ._ownership import Ownership, gate_queues, new_executor_id, timing
 from ._serializer import SCHEMA_VERSION, JsonSerializer
 
-__all__ = ["APPLICATION_VERSION", "ensure_launched", "ownership", "recover_runs_of", "shutdown"]
+__all__ = [
+    "APPLICATION_VERSION",
+    "ensure_launched",
+    "executor_id",
+    "hand_back",
+    "launched_url",
+    "ownership",
+    "recover_runs_of",
+    "run_status",
+    "running_runs",
+    "shutdown",
+]
 
 # Recovery only picks up runs of the same application version, so it follows the log format
 # (not the library's or the app's code): upgrading either never orphans runs in flight.
@@ -162,12 +173,13 @@ def ensure_launched(
             # before DBOS recovers this executor's runs at launch. A PostgreSQL database that
             # does not exist yet has no rows: DBOS creates it, then the row is written.
             try:
+                prepare_sqlite(database_url)
                 early = ownership.registry.database_exists()
                 if early:
                     ownership.register()
             except Exception as e:
                 ownership.registry.close()
-                cause = f"{type(e).__name__}: {e}"
+                cause = describe_fault(e, database_url)
                 raise DatabaseUnavailableError(display_url(database_url), cause) from e
             config = _config(database_url, executor_id, poll_interval)
             DBOS(config=config)  # type: ignore[arg-type]
@@ -180,17 +192,50 @@ def ensure_launched(
                 if not early:
                     ownership.register()
                 gate_queues(_instance(), ownership)
-                ownership.start(recover_runs_of)
+                ownership.start(recover_runs_of, running_runs, hand_back)
         except Exception as e:
             if _owned:
                 DBOS.destroy()
                 _owned = False
             if ownership is not None:
                 ownership.stop(mark_stopped=False)
-            cause = f"{type(e).__name__}: {e}"
+            cause = describe_fault(e, database_url)
             raise DatabaseUnavailableError(display_url(database_url), cause) from e
         _ownership = ownership
         _launched_url = database_url
+
+
+def launched_url() -> str | None:
+    """The database of the DBOS this library launched in this process (None if it did not)."""
+    return _launched_url
+
+
+def executor_id() -> str:
+    """This process's DBOS executor id."""
+    from dbos._utils import GlobalParams
+
+    return str(GlobalParams.executor_id)
+
+
+def hand_back(run_id: str) -> bool:
+    """Put `run_id`, which this process runs, back on its queue for any process to take (the
+    caller then stops its execution without recording anything). False if it is not ours."""
+    from dbos._utils import INTERNAL_QUEUE_NAME
+
+    sys_db = _instance()._sys_db
+    return bool(sys_db.reenqueue_for_recovery(run_id, [executor_id()], INTERNAL_QUEUE_NAME))
+
+
+def running_runs() -> list[str]:
+    """The ids of the runs executing in this process now."""
+    return list(_instance()._active_workflows_set.activeList())
+
+
+def run_status(run_id: str) -> str | None:
+    """The DBOS status of `run_id` read now, outside any workflow step (so a workflow may call
+    it any number of times without changing its recorded steps)."""
+    status = _instance()._sys_db.get_workflow_status(run_id)
+    return None if status is None else str(status["status"])
 
 
 def ownership() -> Ownership | None:

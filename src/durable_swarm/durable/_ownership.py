@@ -42,7 +42,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..errors import DurableSwarmError
-from ._database import create_engine
+from ._database import create_engine, describe_fault
 
 __all__ = [
     "DEAD_AFTER_ENV",
@@ -392,6 +392,16 @@ class ProcessRegistry:
             inc=self.incarnation,
         )
 
+    def pending_of(self, executor_id: str, application_version: str) -> list[str]:
+        """The ids of the PENDING runs of `executor_id` (of `application_version`)."""
+        query = sa.text(
+            f"SELECT workflow_uuid FROM {self._runs_table} WHERE status = 'PENDING' "
+            "AND executor_id = :me AND application_version = :version"
+        )
+        with self._engine.begin() as conn:
+            params = {"me": executor_id, "version": application_version}
+            return [row[0] for row in conn.execute(query, params)]
+
     def orphans(self, application_version: str) -> list[str]:
         """Executor ids that own PENDING runs (of `application_version`) but have no row: no
         live process will ever finish those runs. Needs the DBOS tables (DBOS launched)."""
@@ -409,7 +419,10 @@ class Ownership:
 
     `register()` writes the row (before DBOS launches, so DBOS's own recovery at launch and a
     claimer's never overlap); `start(recover)` starts the heartbeat thread once DBOS runs, with
-    `recover(executor_id) -> count` putting a dead executor's runs back on their queues; `stop()`
+    `recover(executor_id) -> count` putting a dead executor's runs back on their queues, and
+    `running() -> run ids` / `hand_back(run_id) -> bool` to give back the runs this process owns
+    but no longer runs (an execution that ended on a database error: read-only file, full disk,
+    locked database, lost connection); `stop()`
     ends the thread and marks the process stopped. `confirmed()` says whether this process may
     take queue work now (its last heartbeat is recent enough that nobody can have taken it for
     dead); DBOS's queue thread is gated on it.
@@ -440,6 +453,10 @@ class Ownership:
         self._confirmed_until = 0.0
         self._connected_since: float | None = None
         self._recover: Callable[[str], int] | None = None
+        self._running: Callable[[], list[str]] = list
+        self._hand_back: Callable[[str], bool] = bool
+        self._stalled: set[str] = set()
+        self._failing = False
         self.lost = 0  # how many times this process found itself taken for dead
 
     def confirmed(self) -> bool:
@@ -460,9 +477,14 @@ class Ownership:
         self.registry.register(wait or self._stop.wait)
         self._confirm(since)
 
-    def start(self, recover: Callable[[str], int]) -> None:
+    def start(
+        self,
+        recover: Callable[[str], int],
+        running: Callable[[], list[str]],
+        hand_back: Callable[[str], bool],
+    ) -> None:
         """Start heartbeats and the watch for dead processes (one sweep right away)."""
-        self._recover = recover
+        self._recover, self._running, self._hand_back = recover, running, hand_back
         self._thread = threading.Thread(
             target=self._watch, name="durable-swarm-heartbeat", daemon=True
         )
@@ -477,12 +499,20 @@ class Ownership:
                 else:
                     self._taken_for_dead()
                 self._take_over()
+                self._heal()
             except Exception as e:  # the database may be unreachable for a while: try again
+                if not self._failing:
+                    self._say(
+                        f"heartbeat of {self.executor_id!r} failed ({describe_fault(e)}); "
+                        "taking no new runs until it succeeds (retried every "
+                        f"{self.heartbeat_interval:g} s)"
+                    )
+                self._failing = True
                 self._connected_since = None
-                self._say(
-                    f"heartbeat of {self.executor_id!r} failed ({type(e).__name__}: {e}); "
-                    "taking no new runs until it succeeds"
-                )
+            else:
+                if self._failing:
+                    self._say(f"heartbeat of {self.executor_id!r} is back")
+                self._failing = False
             if self._stop.wait(self.heartbeat_interval):
                 return
 
@@ -525,6 +555,24 @@ class Ownership:
                     f"{count} unfinished runs of executor {executor_id!r}, which has no live "
                     "process, are back on their queues"
                 )
+
+    def _heal(self) -> None:
+        """Give back the runs this process owns (PENDING under its executor id) but no longer
+        runs, seen so at two sweeps in a row (a run just taken from a queue is not running yet
+        for a moment): their execution ended on a database error, and nothing else would ever
+        take them up while this process lives."""
+        if not self.confirmed():
+            return
+        owned = set(self.registry.pending_of(self.executor_id, self._version))
+        stalled = owned - set(self._running())
+        again, self._stalled = stalled & self._stalled, stalled
+        count = sum(1 for run_id in sorted(again) if self._hand_back(run_id))
+        self._stalled -= again
+        if count:
+            self._say(
+                f"{count} runs of {self.executor_id!r} had stopped on a database error; they are "
+                "back on their queues"
+            )
 
     def halt(self) -> None:
         """End the heartbeat thread (no more takeovers; the row stays as it is)."""

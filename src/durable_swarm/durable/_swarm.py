@@ -536,14 +536,14 @@ class DurableSwarm:
     def runs(self) -> RunControl:
         """Reading and steering runs (launches DBOS on this swarm's database if needed)."""
         self.launch()
-        return RunControl(DBOS)
+        return RunControl(DBOS, _dbos.launched_url() or self.database_url)
 
     @off_event_loop
     def get_run(self, run_id: str) -> RunInfo:
         """The run as its log tells it: status, current agent, messages, context, steps, and
         what it waits for. Raises `RunNotFoundError` for an unknown id."""
         info = self.runs.get_run(run_id)
-        info.problem = HOST.problems.get(run_id)
+        info.problem = info.problem or HOST.problems.get(run_id)
         return info
 
     async def aget_run(self, run_id: str) -> RunInfo:
@@ -612,7 +612,10 @@ class DurableSwarm:
     @off_event_loop
     def approve(self, run_id: str, tool_call_id: str, *, by: str | None = None) -> None:
         """Approve the tool call a run waits on; it runs with exactly the arguments shown in
-        `get_run(run_id).waiting_for`. The decision, who and when are recorded in the run."""
+        `get_run(run_id).waiting_for`. The decision, who and when are recorded in the run.
+
+        Raises `DecisionConflictError` if the call was already decided (concurrent decisions:
+        exactly one wins), and `DurableSwarmError` if the run does not wait for this call."""
         self.runs.decide(run_id, tool_call_id, True, None, by)
 
     @off_event_loop
@@ -624,7 +627,8 @@ class DurableSwarm:
         *,
         by: str | None = None,
     ) -> None:
-        """Reject the tool call a run waits on; the model reads `message` as the tool's result."""
+        """Reject the tool call a run waits on; the model reads `message` as the tool's result.
+        Raises as `approve` does."""
         self.runs.decide(run_id, tool_call_id, False, message, by)
 
     async def asend_input(self, run_id: str, text: str, *, by: str | None = None) -> None:

@@ -19,19 +19,24 @@ import inspect
 import json
 import logging
 import math
+import os
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import dbos
+import sqlalchemy as sa
 from dbos import DBOS, SetWorkflowID, StepOptions
-from dbos._error import DBOSWorkflowCancelledError
+from dbos._error import DBOSBaseException, DBOSWorkflowCancelledError, DBOSWorkflowConflictIDError
 
 from .. import _registry, model, tracing
 from .._aio import blocking_executor, is_async_callable, run_in
 from ..errors import (
     AgentNotFoundError,
     BudgetExceededError,
+    DatabaseFaultError,
     DurableSwarmError,
     ToolResultNotSerializableError,
 )
@@ -50,8 +55,11 @@ from ..tools import (
     unknown_tool,
 )
 from ..usage import Budget, Tally, Usage, call_cost
+from . import _dbos
+from ._database import describe_fault, display_url
 from ._dbos import tool_executor
 from ._failures import DEFAULT_MODEL_RETRIES, model_failure, without_retries
+from ._notices import Notices
 
 logger = logging.getLogger("durable_swarm")
 T = TypeVar("T")
@@ -63,6 +71,14 @@ BUDGET_TOPIC = "budget"  # messages raising a run's budget (see `DurableRuntime.
 # A wait re-arms after this long; it may go on for as long as it takes.
 WAIT_SECONDS = 7 * 24 * 3600.0
 JOIN_POLL_SECONDS = 0.1
+# A run waiting for an agent this process lacks: how often it checks for its cancellation, and
+# after how long it goes back to its queue for a process that has the agent.
+CHECK_SECONDS = 5.0
+HAND_BACK_SECONDS = 10.0
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_DBOS_DIR = os.path.dirname(os.path.abspath(dbos.__file__))
+_SQLALCHEMY_DIR = os.path.dirname(os.path.abspath(sa.__file__))
+_STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__))
 
 
 def agent_ref(agent: Any) -> dict[str, str]:
@@ -119,25 +135,50 @@ class RunHost:
         return _registry.resolve(ref["name"], ref.get("fingerprint"), run_id=run_id)
 
     async def await_agent(self, run_id: str, ref: dict[str, Any]) -> Any:
-        """`lookup`, waiting (without failing the run) until the agent's code is imported."""
-        waited = 0
+        """`lookup`, waiting (without failing the run) until the agent's code is imported.
+
+        The run stays pending with a notice any process can read (`get_run(...).problem`); it
+        is checked for cancellation every few seconds, and handed back to its queue every
+        `HAND_BACK_SECONDS`, so a process that has the agent can take it and finish it.
+        """
+        since = checked = time.monotonic()
+        noticed = False
         while True:
             try:
                 agent = self.lookup(run_id, ref)
             except AgentNotFoundError as e:
-                if not waited:
-                    logger.error("%s", e)
-                    self.problems[run_id] = str(e)
-                waited += 1
-                if waited % 25 == 0:  # every ~5 s: a cancelled run must free its slot
-                    status = await DBOS.get_workflow_status_async(run_id)
-                    if status is not None and status.status == "CANCELLED":
+                if not noticed:
+                    noticed = True
+                    await asyncio.to_thread(self._notice, run_id, ref["name"], e)
+                now = time.monotonic()
+                if now - checked >= CHECK_SECONDS:  # a cancelled run must free its slot
+                    checked = now
+                    if await asyncio.to_thread(_dbos.run_status, run_id) == "CANCELLED":
                         raise DBOSWorkflowCancelledError(f"Run {run_id} was cancelled") from e
+                    handing = now - since >= HAND_BACK_SECONDS and _dbos.ownership() is not None
+                    if handing and await asyncio.to_thread(_dbos.hand_back, run_id):
+                        self.problems.pop(run_id, None)
+                        raise DBOSWorkflowConflictIDError(run_id) from e
                 await asyncio.sleep(0.2)
                 continue
             self.problems.pop(run_id, None)
             self.remember(run_id, agent)
             return agent
+
+    def _notice(self, run_id: str, name: str, error: AgentNotFoundError) -> None:
+        """Tell the log and every reader of the run that it waits for agent `name`."""
+        notice = (
+            f'waiting for agent "{name}": import it in a worker (or the process that runs '
+            f"this run); the run stays pending and loses nothing. ({error})"
+        )
+        logger.warning("Run %s is %s", run_id, notice)
+        self.problems[run_id] = notice
+        url = _dbos.launched_url()
+        if url is not None:
+            try:
+                Notices(url).post(run_id, _dbos.executor_id(), notice)
+            except Exception as e:  # the notice is a courtesy: the wait goes on without it
+                logger.warning("Could not record the notice of run %s: %s", run_id, e)
 
 
 HOST = RunHost()
@@ -198,6 +239,55 @@ def _raiser(error: BaseException) -> Any:
         raise error
 
     return refuse
+
+
+def _escapes(error: BaseException) -> bool:
+    """Whether `error` is a BaseException from user code that would otherwise escape the run
+    and stop DBOS's event loop (KeyboardInterrupt, SystemExit, GeneratorExit, a user's own
+    subclass). DBOS's own control exceptions and asyncio's cancellation pass through."""
+    return not isinstance(error, (Exception, DBOSBaseException, asyncio.CancelledError))
+
+
+def _where(error: BaseException) -> str:
+    """Where user code raised `error`: ` in name (file:line)` of the innermost frame of its
+    traceback outside this package ("" if there is none)."""
+    found = ""
+    tb = error.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not code.co_filename.startswith(_PACKAGE_DIR):
+            found = f" in {code.co_name} ({os.path.basename(code.co_filename)}:{tb.tb_lineno})"
+        tb = tb.tb_next
+    return found
+
+
+def _from_dbos(error: BaseException) -> bool:
+    """Whether DBOS (writing the run's log) made the database call that raised `error`, rather
+    than user code with a database of its own: the last frame before SQLAlchemy's, standard
+    library frames (`with` blocks) aside, is DBOS's."""
+    caller = None
+    tb = error.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename.startswith(_SQLALCHEMY_DIR):
+            return caller is not None and caller.startswith(_DBOS_DIR)
+        stdlib = filename.startswith(_STDLIB_DIR) and "-packages" not in filename
+        if not stdlib:
+            caller = filename
+        tb = tb.tb_next
+    return False
+
+
+def user_code_failed(error: BaseException, run_id: str, what: str) -> DurableSwarmError:
+    """The error recorded on a run whose user code (`what`) raised the BaseException `error`."""
+    detail = f": {error}" if str(error) else ""
+    return DurableSwarmError(
+        f"{what} in run {run_id!r} raised {type(error).__name__}{detail}{_where(error)}; the run "
+        "failed here (the process goes on serving other runs). Fix the code, then "
+        "resume(run_id).",
+        run_id=run_id,
+        error_type=type(error).__name__,
+    )
 
 
 def _check_json(tool: str, run_id: str, payload: dict[str, Any]) -> None:
@@ -269,11 +359,8 @@ class DurableRuntime:
         model_name = effect.request.get("model")
         step: list[int | None] = []
 
-        def stopped(e: BaseException) -> DurableSwarmError:  # would stop DBOS's event loop
-            return DurableSwarmError(
-                f"The model client of agent {sender!r} in run {self.run_id!r} raised "
-                f"{type(e).__name__}; the run failed at this step (resume(run_id) retries)."
-            )
+        def stopped(e: BaseException) -> DurableSwarmError:  # see `_escapes`
+            return user_code_failed(e, self.run_id, f"The model client of agent {sender!r}")
 
         def output_of(completion: Any, span: Any) -> dict[str, Any]:
             message = model.completion_message(completion, sender, run_id=self.run_id)
@@ -286,13 +373,15 @@ class DurableRuntime:
             step[:] = [DBOS.step_id]
             # The span is made inside the step: a step replayed from the log makes none.
             with tracing.chat(self.trace, effect.request) as span:
-                if effect.request.get("stream"):
-                    return await self._streamed(requester, effect, span)
                 try:
+                    if effect.request.get("stream"):
+                        return await self._streamed(requester, effect, span)
                     completion = await model.acreate(
                         requester, effect.request, sender=sender, run_id=self.run_id
                     )
-                except (KeyboardInterrupt, SystemExit) as e:
+                except BaseException as e:
+                    if not _escapes(e):
+                        raise
                     raise stopped(e) from None
                 return output_of(completion, span)
 
@@ -303,7 +392,9 @@ class DurableRuntime:
                     completion = model.create(
                         requester, effect.request, sender=sender, run_id=self.run_id
                     )
-                except (KeyboardInterrupt, SystemExit) as e:
+                except BaseException as e:
+                    if not _escapes(e):
+                        raise
                     raise stopped(e) from None
                 return output_of(completion, span)
 
@@ -431,11 +522,8 @@ class DurableRuntime:
             _check_json(name, self.run_id, payload)
             return payload
 
-        def stopped(e: BaseException) -> DurableSwarmError:  # would stop DBOS's event loop
-            return DurableSwarmError(
-                f"Tool {name!r} in run {self.run_id!r} raised {type(e).__name__}; the run "
-                "failed at this step. Fix the tool, then resume(run_id)."
-            )
+        def stopped(e: BaseException) -> DurableSwarmError:  # see `_escapes`
+            return user_code_failed(e, self.run_id, f"Tool {name!r}")
 
         # Spans are made inside the steps: a step replayed from the log makes none.
         async def tool_step() -> dict[str, Any]:
@@ -447,7 +535,9 @@ class DurableRuntime:
                         function, effect.call, effect.context_variables, idempotency_key=key
                     )
                     tracing.tool_result(span, outcome.message)
-            except (KeyboardInterrupt, SystemExit) as e:
+            except BaseException as e:
+                if not _escapes(e):
+                    raise
                 raise stopped(e) from None
             return payload_of(outcome, before)
 
@@ -460,7 +550,9 @@ class DurableRuntime:
                         function, effect.call, effect.context_variables, idempotency_key=key
                     )
                     tracing.tool_result(span, outcome.message)
-            except (KeyboardInterrupt, SystemExit) as e:
+            except BaseException as e:
+                if not _escapes(e):
+                    raise
                 raise stopped(e) from None
             return payload_of(outcome, before)
 
@@ -576,6 +668,23 @@ async def run_workflow(spec: dict[str, Any]) -> dict[str, Any]:
     """One durable conversation: Swarm's `run` with every effect checkpointed."""
     run_id = DBOS.workflow_id
     assert run_id is not None
+    try:
+        return await _run(run_id, spec)
+    except sa.exc.DBAPIError as e:
+        if not _from_dbos(e):
+            raise  # a user tool's own database
+        # the run database refused a checkpoint
+        url = _dbos.launched_url() or ""
+        fault = DatabaseFaultError(display_url(url), describe_fault(e, url), run_id=run_id)
+        logger.error("%s", fault)
+        raise fault from None
+    except BaseException as e:  # user code outside steps: instructions, conditions, handoffs
+        if not _escapes(e):
+            raise
+        raise user_code_failed(e, run_id, "User code") from None
+
+
+async def _run(run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
     agent = await HOST.await_agent(run_id, spec["agent"])
     agents = [await HOST.await_agent(run_id, ref) for ref in spec.get("agents") or []]
     max_turns = spec.get("max_turns")

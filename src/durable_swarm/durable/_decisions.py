@@ -1,0 +1,131 @@
+"""Decisions on tool calls waiting for approval: exactly one per wait, whoever sends it.
+
+`approve` and `reject` may be sent at the same moment from several threads or processes. Each
+decision is first written to the table `durable_swarm_decisions` of the run database, keyed by
+the run and its wait: the database's primary key lets exactly one INSERT in, and every other
+sender reads the winner's row and gets a `DecisionConflictError` saying what was decided, by whom
+and when. Only the winning decision is then sent to the run (a DBOS message with an idempotency
+key). If the winner died between the two, the next sender for that wait (or a retry) delivers
+the recorded decision before being told it lost, so a decision once recorded always reaches the
+run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from ..errors import DecisionConflictError
+from ._tables import engine_with
+
+__all__ = ["DECISIONS_TABLE", "Decision", "DecisionLog"]
+
+DECISIONS_TABLE = "durable_swarm_decisions"
+
+_CREATE_TABLE = f"""
+CREATE TABLE IF NOT EXISTS {DECISIONS_TABLE} (
+    run_id VARCHAR(255) NOT NULL,
+    wait_id INTEGER NOT NULL,
+    tool_call_id VARCHAR(255) NOT NULL,
+    approved INTEGER NOT NULL,
+    message TEXT,
+    decided_by VARCHAR(255),
+    decided_at VARCHAR(64) NOT NULL,
+    PRIMARY KEY (run_id, wait_id)
+)
+"""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One recorded decision on a tool call."""
+
+    run_id: str
+    wait_id: int
+    tool_call_id: str
+    approved: bool
+    message: str | None
+    by: str | None
+    at: str
+
+    def conflict(self, wanted: bool) -> DecisionConflictError:
+        """The error for someone whose decision (`wanted`: approve or not) lost to this one."""
+        return DecisionConflictError(
+            self.run_id,
+            self.tool_call_id,
+            approved=self.approved,
+            by=self.by,
+            at=self.at,
+            attempted="approve" if wanted else "reject",
+        )
+
+
+class DecisionLog:
+    """The decisions table of one run database (engines shared per database in a process)."""
+
+    def __init__(self, database_url: str) -> None:
+        self._url = database_url
+
+    def _engine(self) -> sa.Engine:
+        return engine_with(self._url, DECISIONS_TABLE, _CREATE_TABLE)
+
+    def record(self, decision: Decision) -> Decision | None:
+        """Write `decision`; None if it is the first for its wait, else the one recorded first."""
+        engine = self._engine()
+        try:
+            with engine.begin() as conn:
+                conn.execute(
+                    sa.text(
+                        f"INSERT INTO {DECISIONS_TABLE} (run_id, wait_id, tool_call_id, approved, "
+                        "message, decided_by, decided_at) VALUES (:run_id, :wait_id, "
+                        ":tool_call_id, :approved, :message, :by, :at)"
+                    ),
+                    {
+                        "run_id": decision.run_id,
+                        "wait_id": decision.wait_id,
+                        "tool_call_id": decision.tool_call_id,
+                        "approved": int(decision.approved),
+                        "message": decision.message,
+                        "by": decision.by,
+                        "at": decision.at,
+                    },
+                )
+            return None
+        except sa.exc.IntegrityError:
+            found = self.find(decision.run_id, wait_id=decision.wait_id)
+            assert found is not None  # a primary key conflict: the row exists
+            return found
+
+    def find(
+        self, run_id: str, *, wait_id: int | None = None, tool_call_id: str | None = None
+    ) -> Decision | None:
+        """The decision recorded for `run_id`'s wait `wait_id`, or the last one on the tool call
+        `tool_call_id`; None if there is none."""
+        where, params = "run_id = :run_id", dict[str, Any](run_id=run_id)
+        if wait_id is not None:
+            where, params["wait_id"] = where + " AND wait_id = :wait_id", wait_id
+        if tool_call_id is not None:
+            where, params["call"] = where + " AND tool_call_id = :call", tool_call_id
+        query = sa.text(
+            "SELECT run_id, wait_id, tool_call_id, approved, message, decided_by, decided_at "
+            f"FROM {DECISIONS_TABLE} WHERE {where} ORDER BY wait_id DESC"
+        )
+        with self._engine().begin() as conn:
+            row = conn.execute(query, params).first()
+        if row is None:
+            return None
+        return Decision(row[0], int(row[1]), row[2], bool(row[3]), row[4], row[5], row[6])
+
+
+def payload(decision: Decision, digest: Any) -> dict[str, Any]:
+    """The message that delivers `decision` to the run (bound to the call's arguments)."""
+    return {
+        "tool_call_id": decision.tool_call_id,
+        "digest": digest,
+        "approved": decision.approved,
+        "message": decision.message,
+        "by": decision.by,
+        "at": decision.at,
+    }

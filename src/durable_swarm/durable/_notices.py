@@ -1,0 +1,65 @@
+"""Why a pending run does not move: a notice the process holding it leaves in the run database,
+so `get_run`, the CLI and the console of any process can show it (`RunInfo.problem`).
+
+Today's only notice: the run needs an agent that the process holding it has not imported. A
+notice names the executor that wrote it and counts only while the run is still that executor's
+(a run handed to another process leaves the old notice behind, unread).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import sqlalchemy as sa
+
+from ._tables import engine_with
+
+__all__ = ["NOTICES_TABLE", "Notices"]
+
+NOTICES_TABLE = "durable_swarm_notices"
+
+_CREATE_TABLE = f"""
+CREATE TABLE IF NOT EXISTS {NOTICES_TABLE} (
+    run_id VARCHAR(255) PRIMARY KEY,
+    executor_id VARCHAR(255) NOT NULL,
+    notice TEXT NOT NULL,
+    noticed_at VARCHAR(64) NOT NULL
+)
+"""
+
+
+class Notices:
+    """The notices table of one run database."""
+
+    def __init__(self, database_url: str) -> None:
+        self._url = database_url
+
+    def _engine(self) -> sa.Engine:
+        return engine_with(self._url, NOTICES_TABLE, _CREATE_TABLE)
+
+    def post(self, run_id: str, executor_id: str, notice: str) -> None:
+        """Leave `notice` on `run_id` (replacing an earlier one)."""
+        at = datetime.now(timezone.utc).isoformat()
+        with self._engine().begin() as conn:
+            conn.execute(sa.text(f"DELETE FROM {NOTICES_TABLE} WHERE run_id = :id"), {"id": run_id})
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO {NOTICES_TABLE} (run_id, executor_id, notice, noticed_at) "
+                    "VALUES (:id, :executor, :notice, :at)"
+                ),
+                {"id": run_id, "executor": executor_id, "notice": notice, "at": at},
+            )
+
+    def clear(self, run_id: str) -> None:
+        """Remove `run_id`'s notice."""
+        with self._engine().begin() as conn:
+            conn.execute(sa.text(f"DELETE FROM {NOTICES_TABLE} WHERE run_id = :id"), {"id": run_id})
+
+    def read(self, run_id: str, executor_id: str | None) -> str | None:
+        """`run_id`'s notice if `executor_id` (the run's executor now) wrote it, else None."""
+        query = sa.text(f"SELECT executor_id, notice FROM {NOTICES_TABLE} WHERE run_id = :id")
+        with self._engine().begin() as conn:
+            row = conn.execute(query, {"id": run_id}).first()
+        if row is None or row[0] != executor_id:
+            return None
+        return str(row[1])

@@ -1,0 +1,101 @@
+"""A process whose user code raises a `BaseException`: `python _base.py CONFIG` (JSON).
+
+`config["where"]` picks the user callable that raises (`tool`, `model` client, `instructions`,
+context `condition`, `handoff` target callable), `config["kind"]` the exception
+(`KeyboardInterrupt`, `SystemExit`, `GeneratorExit`, or `custom`: a BaseException subclass).
+Prints one JSON line: how the run ended, whether DBOS's event loop survived, and how the next run
+of this process went.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import dbos._dbos as dbos_internals
+
+from durable_swarm import Agent, DurableSwarm
+from durable_swarm.handoffs import OnContextCondition
+from durable_swarm.testing import ScriptedClient, ToolCall, calls, text
+
+
+class Custom(BaseException):
+    """A user's own BaseException."""
+
+
+def raise_it(kind: str) -> None:
+    if kind == "KeyboardInterrupt":
+        raise KeyboardInterrupt
+    if kind == "SystemExit":
+        raise SystemExit(3)
+    if kind == "GeneratorExit":
+        raise GeneratorExit
+    raise Custom("custom")
+
+
+def main(config: dict[str, Any]) -> None:
+    where, kind = config["where"], config["kind"]
+    raised: list[bool] = []
+
+    def once() -> None:
+        if not raised:
+            raised.append(True)
+            raise_it(kind)
+
+    def boom() -> str:
+        """A tool that raises."""
+        raise_it(kind)
+        return "never"
+
+    def script(messages: list[dict[str, Any]], tools: Any) -> Any:
+        if where == "model":
+            once()
+        if where == "tool" and not any(m.get("role") == "tool" for m in messages):
+            return calls(ToolCall("boom", id="c1"))
+        return text("after")
+
+    def instructions(context: dict[str, Any]) -> str:
+        raise_it(kind)
+        return "never"
+
+    def condition(context: dict[str, Any]) -> bool:
+        raise_it(kind)
+        return False
+
+    def choose(*args: Any) -> Any:
+        raise_it(kind)
+
+    other = Agent(name="Other")
+    agent = {
+        "tool": lambda: Agent(name="Raiser", functions=[boom]),
+        "model": lambda: Agent(name="Raiser"),
+        "instructions": lambda: Agent(name="Raiser", instructions=instructions),
+        "condition": lambda: Agent(name="Raiser", handoffs=[OnContextCondition(other, condition)]),
+        "handoff": lambda: Agent(name="Raiser", handoffs=[OnContextCondition(choose, "go")]),
+    }[where]()
+    swarm = DurableSwarm(ScriptedClient(script), database_url=config["database_url"])
+    run_id = config["run_id"]
+    swarm.start(agent, [{"role": "user", "content": "hi"}], {"go": True}, run_id=run_id)
+
+    def loop_alive() -> bool:
+        instance = dbos_internals._dbos_global_instance
+        loop = instance._background_event_loop._loop if instance is not None else None
+        return loop is not None and not loop.is_closed()
+
+    deadline = time.monotonic() + 120
+    while (info := swarm.get_run(run_id)).status == "pending" and loop_alive():
+        assert time.monotonic() < deadline, "the run neither ended nor broke DBOS"
+        time.sleep(0.02)
+    try:
+        response = swarm.run(Agent(name="Next"), [{"role": "user", "content": "hi"}])
+        next_run = str(response.messages[-1]["content"])
+    except Exception as e:
+        next_run = f"{type(e).__name__}: {e}"
+    print(json.dumps({"status": info.status, "error": info.error, "alive": loop_alive(),
+                      "next": next_run}), flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))
