@@ -96,12 +96,23 @@ def result(work_dir: Path, tag: str) -> list[dict[str, Any]] | None:
 class Proc:
     """A real child process (`_plain.py` or `_serve.py`) with its output in a log file."""
 
-    def __init__(self, name: str, script: str, log_dir: Path, env: dict[str, str], config: Any):
+    def __init__(
+        self,
+        name: str,
+        script: str,
+        log_dir: Path,
+        env: dict[str, str],
+        config: Any,
+        isolated: bool = False,
+    ):
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self._log = open(self.log_path, "w")  # noqa: SIM115 (closed in stop())
+        # `isolated`: in a pid namespace of its own, as if on another machine (no process can
+        # check its pid: only its heartbeat tells whether it lives).
+        wrap = ["unshare", "--pid", "--fork", "--kill-child"] if isolated else []
         self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / script), json.dumps(config)],
+            [*wrap, sys.executable, str(HERE / script), json.dumps(config)],
             cwd=HERE,
             env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
             stdout=self._log,
@@ -111,7 +122,10 @@ class Proc:
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        """The pid of the Python process (under `unshare`, its child)."""
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        found = children.read_text().split() if children.exists() else []
+        return int(found[0]) if found else self.proc.pid
 
     def poll(self) -> int | None:
         return self.proc.poll()
@@ -125,7 +139,7 @@ class Proc:
 
     def signal(self, number: int) -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(number)
+            os.kill(self.pid, number)
 
     def terminate(self) -> int:
         self.signal(signal.SIGCONT)
@@ -170,8 +184,8 @@ def start(
     env = {"DSW_FAKE_URL": server.base_url, "DSW_WORK_DIR": str(work_dir)}
     started: list[Proc] = []
 
-    def begin(name: str, script: str, **config: Any) -> Proc:
-        proc = Proc(name, script, log_dir, env, config)
+    def begin(name: str, script: str, isolated: bool = False, **config: Any) -> Proc:
+        proc = Proc(name, script, log_dir, env, config, isolated)
         started.append(proc)
         return proc
 

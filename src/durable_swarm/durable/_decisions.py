@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..errors import DecisionConflictError
-from ._tables import engine_with
+from ._tables import engine_for, engine_with, missing_table
 
 __all__ = ["DECISIONS_TABLE", "Decision", "DecisionLog"]
 
@@ -112,8 +112,13 @@ class DecisionLog:
             "SELECT run_id, wait_id, tool_call_id, approved, message, decided_by, decided_at "
             f"FROM {DECISIONS_TABLE} WHERE {where} ORDER BY wait_id DESC"
         )
-        with self._engine().begin() as conn:
-            row = conn.execute(query, params).first()
+        try:
+            with engine_for(self._url).begin() as conn:
+                row = conn.execute(query, params).first()
+        except sa.exc.DBAPIError as e:
+            if missing_table(e):
+                return None  # no decision was ever recorded on this database
+            raise
         if row is None:
             return None
         return Decision(row[0], int(row[1]), row[2], bool(row[3]), row[4], row[5], row[6])

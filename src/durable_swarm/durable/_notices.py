@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 import sqlalchemy as sa
 
-from ._tables import engine_with
+from ._tables import engine_for, engine_with, missing_table
 
 __all__ = ["NOTICES_TABLE", "Notices"]
 
@@ -50,16 +50,16 @@ class Notices:
                 {"id": run_id, "executor": executor_id, "notice": notice, "at": at},
             )
 
-    def clear(self, run_id: str) -> None:
-        """Remove `run_id`'s notice."""
-        with self._engine().begin() as conn:
-            conn.execute(sa.text(f"DELETE FROM {NOTICES_TABLE} WHERE run_id = :id"), {"id": run_id})
-
     def read(self, run_id: str, executor_id: str | None) -> str | None:
         """`run_id`'s notice if `executor_id` (the run's executor now) wrote it, else None."""
         query = sa.text(f"SELECT executor_id, notice FROM {NOTICES_TABLE} WHERE run_id = :id")
-        with self._engine().begin() as conn:
-            row = conn.execute(query, {"id": run_id}).first()
+        try:
+            with engine_for(self._url).begin() as conn:
+                row = conn.execute(query, {"id": run_id}).first()
+        except sa.exc.DBAPIError as e:
+            if missing_table(e):
+                return None  # no notice was ever left on this database
+            raise
         if row is None or row[0] != executor_id:
             return None
         return str(row[1])

@@ -1,0 +1,155 @@
+"""Ownership that survives partitions and pauses, with real faults: a loopback TCP proxy that
+cuts two workers off from PostgreSQL for longer than the dead-worker timeout, and SIGSTOP /
+SIGCONT of a worker inside a tool."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from _support.db import drop_database, new_database_name, with_database
+from durable_swarm.durable import DurableClient, resolve_database_url
+from durable_swarm.durable._ownership import ProcessRegistry
+
+from ._proxy import TcpProxy
+from .conftest import TIMEOUT, Model, Proc, starts, step_lines, wait_for
+
+BEAT, DEAD = 0.3, 2.0
+QUEUE = "faults"
+
+
+def _ask(client: DurableClient, tag: str) -> str:
+    handle = client.start("Stepper", [{"role": "user", "content": f"step {tag}"}], queue=QUEUE)
+    return handle.run_id
+
+
+def _answers(client: DurableClient, runs: dict[str, str]) -> dict[str, str]:
+    return {
+        tag: str(client.handle(run_id).result(timeout=TIMEOUT * 2).messages[-1]["content"])
+        for tag, run_id in runs.items()
+    }
+
+
+def _all_beating(url: str, count: int) -> Callable[[], bool]:
+    """True once `count` processes have a fresh heartbeat and none is claimed."""
+    watcher = ProcessRegistry(resolve_database_url(url), "watcher", dead_after=DEAD)
+
+    def check() -> bool:
+        rows = watcher._rows("1 = 1")
+        fresh = [r for r in rows if r.age_ms < 1000 * BEAT * 3 and r.claimed_by is None]
+        return len(fresh) == count
+
+    return check
+
+
+@pytest.fixture
+def cut_database(postgres_base_url: str) -> Iterator[tuple[str, str, TcpProxy]]:
+    """`(direct URL, URL through the proxy, proxy)` of a new PostgreSQL database."""
+    name = new_database_name("dswarm_faults", "cut")
+    parts = urlsplit(postgres_base_url)
+    proxy = TcpProxy(parts.port or 5432, parts.hostname or "127.0.0.1")
+    through = parts._replace(netloc=f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}")
+    try:
+        yield with_database(postgres_base_url, name), with_database(through.geturl(), name), proxy
+    finally:
+        proxy.close()
+        drop_database(postgres_base_url, name)
+
+
+def test_workers_cut_off_together_declare_nobody_dead_and_finish_every_run(
+    start: Callable[..., Proc],
+    cut_database: tuple[str, str, TcpProxy],
+    model: Model,
+    work_dir: Path,
+) -> None:
+    direct, proxied, proxy = cut_database
+    settings = {
+        "database_url": proxied,
+        "queue": QUEUE,
+        "heartbeat_interval": BEAT,
+        "dead_after": DEAD,
+        "poll_interval": 0.1,
+    }
+    # Each in a pid namespace of its own: as on two machines, only heartbeats tell liveness.
+    a = start("a", "_serve.py", isolated=True, **settings).wait_output("serving queue")
+    b = start("b", "_serve.py", isolated=True, **settings).wait_output("serving queue")
+    tags = [f"c{i}" for i in range(8)]
+    for tag in tags:
+        (work_dir / f"hold-{tag}").touch()
+    with DurableClient(direct) as client:
+        runs = {tag: _ask(client, tag) for tag in tags}
+        wait_for(lambda: all(starts(work_dir, t) == 1 for t in tags), "every run in its tool",
+                 procs=(a, b))  # fmt: skip
+        for round_ in range(3):
+            proxy.cut()
+            time.sleep(DEAD + 1.5)  # the outage itself: longer than the dead-worker timeout
+            proxy.restore()
+            wait_for(_all_beating(direct, 2), f"both workers back after cut {round_ + 1}",
+                     procs=(a, b))  # fmt: skip
+            if round_ == 1:
+                for tag in tags:
+                    (work_dir / f"hold-{tag}").unlink()
+                assert _answers(client, runs) == {t: f"done {t}" for t in tags}
+        later = {f"l{i}": _ask(client, f"l{i}") for i in range(4)}  # they still serve
+        assert _answers(client, later) == {t: f"done {t}" for t in later}
+    for tag in tags:
+        assert starts(work_dir, tag) == 1, tag  # no tool ran twice
+        assert model.arrivals(tag, 0) == 1, tag  # no finished model call was made again
+    for worker in (a, b):
+        assert worker.poll() is None
+        assert "is gone" not in worker.output() and "taken for dead" not in worker.output()
+
+
+def test_a_paused_worker_records_nothing_for_runs_it_lost_and_strands_nothing(
+    start: Callable[..., Proc],
+    make_database_url: Callable[[str], str],
+    model: Model,
+    work_dir: Path,
+) -> None:
+    url = make_database_url("paused")
+    settings = {
+        "database_url": url,
+        "queue": QUEUE,
+        "heartbeat_interval": BEAT,
+        "dead_after": DEAD,
+        "poll_interval": 0.1,
+    }
+    a = start("a", "_serve.py", **settings).wait_output("serving queue")
+    b = start("b", "_serve.py", **settings).wait_output("serving queue")
+    (work_dir / "hold-p1").touch()
+    with DurableClient(url) as client:
+        runs = {"p1": _ask(client, "p1")}
+        wait_for(lambda: starts(work_dir, "p1") == 1, "p1 in its tool", procs=(a, b))
+        holder_pid = next(pid for _, tag, pid in step_lines(work_dir) if tag == "p1")
+        paused, other = (a, b) if holder_pid == a.pid else (b, a)
+        paused.signal(signal.SIGSTOP)
+        wait_for(lambda: "is gone (silent for" in other.output(), "the other worker to take over",
+                 procs=(other,))  # fmt: skip
+        wait_for(lambda: starts(work_dir, "p1") == 2, "p1 again in the other worker",
+                 procs=(other,))  # fmt: skip
+        during = {f"d{i}": _ask(client, f"d{i}") for i in range(4)}  # while it is frozen
+        assert _answers(client, during) == {t: f"done {t}" for t in during}
+        (work_dir / "hold-p1").unlink()
+        assert _answers(client, runs) == {"p1": "done p1"}
+        paused.signal(signal.SIGCONT)
+        after = {f"a{i}": _ask(client, f"a{i}") for i in range(6)}  # as it thaws
+        assert _answers(client, after) == {t: f"done {t}" for t in after}
+        wait_for(lambda: "was taken for dead" in paused.output(), "the thawed worker to notice",
+                 procs=(paused,))  # fmt: skip
+        info = client.get_run(runs["p1"])
+        assert [(s.kind, s.name) for s in info.steps if s.kind in ("model", "tool")] == [
+            ("model", "Stepper"),
+            ("tool", "step"),
+            ("model", "Stepper"),
+        ]
+        statuses = client._dbos.list_workflows(status=["PENDING", "ENQUEUED"])
+        assert statuses == []  # nothing stranded
+    assert model.arrivals("p1", 1) == 1  # the frozen worker's late tool result was not recorded
+    for tag in [*during, *after]:
+        assert starts(work_dir, tag) == 1, tag
+    assert paused.poll() is None and other.poll() is None
