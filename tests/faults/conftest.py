@@ -25,7 +25,7 @@ import pytest
 os.environ.setdefault("DURABLE_SWARM_LOG_LEVEL", "ERROR")
 
 from _support import procs
-from durable_swarm.testing import FakeOpenAIServer, Reply, ToolCall, calls, text
+from durable_swarm.testing import FakeOpenAIServer, Fault, Reply, ToolCall, calls, text
 
 HERE = Path(__file__).resolve().parent
 TIMEOUT = procs.TIMEOUT
@@ -43,18 +43,20 @@ class Model:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._arrivals: dict[tuple[str, int], int] = {}
+        self.delay = 0.0  # seconds before each answer
 
     def arrivals(self, tag: str, stage: int) -> int:
         with self._lock:
             return self._arrivals.get((tag, stage), 0)
 
-    def __call__(self, messages: list[dict[str, Any]], tools: Any) -> Reply:
+    def __call__(self, messages: list[dict[str, Any]], tools: Any) -> Reply | Fault:
         user = next(str(m.get("content")) for m in messages if m.get("role") == "user")
         tag = user.partition(" ")[2]
         stage = sum(1 for m in messages if m.get("role") == "tool")
         with self._lock:
             self._arrivals[(tag, stage)] = self._arrivals.get((tag, stage), 0) + 1
-        return calls(ToolCall("step", {"tag": tag})) if stage == 0 else text(f"done {tag}")
+        reply = calls(ToolCall("step", {"tag": tag})) if stage == 0 else text(f"done {tag}")
+        return Fault.delay(self.delay, reply) if self.delay else reply
 
 
 @pytest.fixture
