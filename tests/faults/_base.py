@@ -1,10 +1,10 @@
 """A process whose user code raises a `BaseException`: `python _base.py CONFIG` (JSON).
 
 `config["where"]` picks the user callable that raises (`tool`, `model` client, `instructions`,
-context `condition`, `handoff` target callable), `config["kind"]` the exception
-(`KeyboardInterrupt`, `SystemExit`, `GeneratorExit`, or `custom`: a BaseException subclass).
-Prints one JSON line: how the run ended, whether DBOS's event loop survived, and how the next run
-of this process went.
+context `condition`, `handoff` target callable); for each exception of `config["kinds"]`
+(`KeyboardInterrupt`, `SystemExit`, `GeneratorExit`, or `custom`: a BaseException subclass), one
+run raises it and the next run of the same process must work. Prints one JSON line per kind: how
+the run ended, whether DBOS's event loop survived, and how the next run went.
 """
 
 from __future__ import annotations
@@ -36,7 +36,13 @@ def raise_it(kind: str) -> None:
 
 
 def main(config: dict[str, Any]) -> None:
-    where, kind = config["where"], config["kind"]
+    swarm = DurableSwarm(database_url=config["database_url"])
+    for kind in config["kinds"]:
+        print(json.dumps({"kind": kind, **one(swarm, config["where"], kind)}), flush=True)
+
+
+def one(swarm: DurableSwarm, where: str, kind: str) -> dict[str, Any]:
+    """One run whose `where` raises `kind`, then a plain run; how both went."""
     raised: list[bool] = []
 
     def once() -> None:
@@ -75,8 +81,8 @@ def main(config: dict[str, Any]) -> None:
         "condition": lambda: Agent(name="Raiser", handoffs=[OnContextCondition(other, condition)]),
         "handoff": lambda: Agent(name="Raiser", handoffs=[OnContextCondition(choose, "go")]),
     }[where]()
-    swarm = DurableSwarm(ScriptedClient(script), database_url=config["database_url"])
-    run_id = config["run_id"]
+    swarm.client = ScriptedClient(script)
+    run_id = f"{where}-{kind}-{time.monotonic_ns()}"
     swarm.start(agent, [{"role": "user", "content": "hi"}], {"go": True}, run_id=run_id)
 
     def loop_alive() -> bool:
@@ -89,12 +95,11 @@ def main(config: dict[str, Any]) -> None:
         assert time.monotonic() < deadline, "the run neither ended nor broke DBOS"
         time.sleep(0.02)
     try:
-        response = swarm.run(Agent(name="Next"), [{"role": "user", "content": "hi"}])
+        response = swarm.run(Agent(name=f"Next{kind}"), [{"role": "user", "content": "hi"}])
         next_run = str(response.messages[-1]["content"])
     except Exception as e:
         next_run = f"{type(e).__name__}: {e}"
-    print(json.dumps({"status": info.status, "error": info.error, "alive": loop_alive(),
-                      "next": next_run}), flush=True)  # fmt: skip
+    return {"status": info.status, "error": info.error, "alive": loop_alive(), "next": next_run}
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ ownership is not confirmed.
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import threading
@@ -75,6 +76,15 @@ class Worker:
     def _say(self, text: str) -> None:
         print(f"durable-swarm worker: {text}", file=self._out, flush=True)
 
+    def _print_run_events(self) -> None:
+        """One line per run event (`durable_swarm.runs`) on this worker's output."""
+        handler = logging.StreamHandler(self._out)
+        handler.setFormatter(logging.Formatter("durable-swarm worker: %(message)s"))
+        runs = logging.getLogger("durable_swarm.runs")
+        runs.addHandler(handler)
+        runs.setLevel(logging.INFO)
+        runs.propagate = False
+
     def start(self) -> Worker:
         """Import the target, launch DBOS on the queue and start the heartbeat; returns self."""
         if _dbos._instance() is not None:
@@ -111,6 +121,7 @@ class Worker:
             say=self._say,
         )
         self._launched = True
+        self._print_run_events()
         self._register_queue()
         agents = ", ".join(sorted(_registry._agents)) or "none"
         self._say(

@@ -62,6 +62,8 @@ from ._failures import DEFAULT_MODEL_RETRIES, model_failure, without_retries
 from ._notices import Notices
 
 logger = logging.getLogger("durable_swarm")
+# One line per run event (a worker prints them; elsewhere they are INFO records of this logger).
+run_log = logging.getLogger("durable_swarm.runs")
 T = TypeVar("T")
 
 WORKFLOW_NAME = "durable_swarm.run"
@@ -668,6 +670,14 @@ async def run_workflow(spec: dict[str, Any]) -> dict[str, Any]:
     """One durable conversation: Swarm's `run` with every effect checkpointed."""
     run_id = DBOS.workflow_id
     assert run_id is not None
+    run_log.info("run %s: agent %s, running here", run_id, spec["agent"].get("name"))
+    output = await _checked(run_id, spec)
+    run_log.info("run %s succeeded", run_id)
+    return output
+
+
+async def _checked(run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """`_run`, with a database fault or a user's BaseException turned into the run's error."""
     try:
         return await _run(run_id, spec)
     except sa.exc.DBAPIError as e:
