@@ -158,7 +158,6 @@ def prepare_sqlite(url: str) -> None:
     path = sqlite_path(url)
     if path is None:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(path, timeout=30)
     try:
         if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
