@@ -45,6 +45,10 @@ class TcpProxy:
                 client.close()
                 continue
             with self._lock:
+                if self._listener is not listener:  # cut meanwhile: this one is cut too
+                    client.close()
+                    server.close()
+                    return
                 self._sockets.update((client, server))
             for a, b in ((client, server), (server, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
@@ -67,11 +71,11 @@ class TcpProxy:
 
     def cut(self) -> None:
         """Close every connection and refuse new ones."""
-        listener, self._listener = self._listener, None
+        with self._lock:
+            listener, self._listener = self._listener, None
+            open_sockets = list(self._sockets)
         if listener is not None:
             listener.close()
-        with self._lock:
-            open_sockets = list(self._sockets)
         for sock in open_sockets:
             self._close(sock)
 

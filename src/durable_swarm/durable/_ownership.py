@@ -457,6 +457,7 @@ class Ownership:
         self._hand_back: Callable[[str], bool] = bool
         self._stalled: set[str] = set()
         self._failing = False
+        self._last_beat: float | None = None
         self.lost = 0  # how many times this process found itself taken for dead
 
     def confirmed(self) -> bool:
@@ -495,6 +496,7 @@ class Ownership:
             since = time.monotonic()
             try:
                 if self.registry.beat():
+                    self._steady(time.monotonic())
                     self._confirm(since)
                 else:
                     self._taken_for_dead()
@@ -515,6 +517,14 @@ class Ownership:
                 self._failing = False
             if self._stop.wait(self.heartbeat_interval):
                 return
+
+    def _steady(self, now: float) -> None:
+        """Restart the clock of continuous connection when this heartbeat came long after the
+        previous one (the statement hung, the process was paused): the others may have been cut
+        off just as long, and must get the time to beat again before being judged."""
+        last, self._last_beat = self._last_beat, now
+        if last is None or now - last > 2 * self.heartbeat_interval + 1.0:
+            self._connected_since = now
 
     def _taken_for_dead(self) -> None:
         self.lost += 1
