@@ -77,6 +77,17 @@ def work_dir(tmp_path: Path) -> Path:
     return work
 
 
+def worker_settings(database_url: str, queue: str, beat: float, dead: float) -> dict[str, Any]:
+    """`run_worker` settings of a fault test's workers (fast heartbeats and queue polls)."""
+    return {
+        "database_url": database_url,
+        "queue": queue,
+        "heartbeat_interval": beat,
+        "dead_after": dead,
+        "poll_interval": 0.1,
+    }
+
+
 def step_lines(work_dir: Path) -> list[tuple[str, str, int]]:
     """`(start|end, tag, pid)` for every line the `step` tool wrote."""
     path = work_dir / "step.log"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from durable_swarm.durable import DurableClient
 
-from .conftest import TIMEOUT, Model, Proc, starts, wait_for
+from .conftest import TIMEOUT, Model, Proc, starts, wait_for, worker_settings
 
 BEAT, DEAD = 0.3, 2.0
 QUEUE = "chaos"
@@ -28,13 +28,7 @@ def test_runs_survive_random_kills(
 ) -> None:
     url = make_database_url("chaos")
     model.delay = 0.3  # each run takes a few tenths of a second per model call
-    settings = {
-        "database_url": url,
-        "queue": QUEUE,
-        "heartbeat_interval": BEAT,
-        "dead_after": DEAD,
-        "poll_interval": 0.1,
-    }
+    settings = worker_settings(url, QUEUE, BEAT, DEAD)
     chance = random.Random(f"chaos-{backend}")
     workers = [start(f"w{i}", "_serve.py", **settings) for i in range(2)]
     for worker in workers:

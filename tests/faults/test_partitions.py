@@ -17,7 +17,7 @@ from durable_swarm.durable import DurableClient, resolve_database_url
 from durable_swarm.durable._ownership import ProcessRegistry
 
 from ._proxy import TcpProxy
-from .conftest import TIMEOUT, Model, Proc, starts, step_lines, wait_for
+from .conftest import TIMEOUT, Model, Proc, starts, step_lines, wait_for, worker_settings
 
 BEAT, DEAD = 0.3, 2.0
 QUEUE = "faults"
@@ -68,13 +68,7 @@ def test_workers_cut_off_together_declare_nobody_dead_and_finish_every_run(
     work_dir: Path,
 ) -> None:
     direct, proxied, proxy = cut_database
-    settings = {
-        "database_url": proxied,
-        "queue": QUEUE,
-        "heartbeat_interval": BEAT,
-        "dead_after": DEAD,
-        "poll_interval": 0.1,
-    }
+    settings = worker_settings(proxied, QUEUE, BEAT, DEAD)
     # Each in a pid namespace of its own: as on two machines, only heartbeats tell liveness.
     a = start("a", "_serve.py", isolated=True, **settings).wait_output("serving queue")
     b = start("b", "_serve.py", isolated=True, **settings).wait_output("serving queue")
@@ -112,13 +106,7 @@ def test_a_paused_worker_records_nothing_for_runs_it_lost_and_strands_nothing(
     work_dir: Path,
 ) -> None:
     url = make_database_url("paused")
-    settings = {
-        "database_url": url,
-        "queue": QUEUE,
-        "heartbeat_interval": BEAT,
-        "dead_after": DEAD,
-        "poll_interval": 0.1,
-    }
+    settings = worker_settings(url, QUEUE, BEAT, DEAD)
     a = start("a", "_serve.py", **settings).wait_output("serving queue")
     b = start("b", "_serve.py", **settings).wait_output("serving queue")
     (work_dir / "hold-p1").touch()
