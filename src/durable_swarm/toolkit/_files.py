@@ -1,37 +1,54 @@
 """File tools confined to a workspace root: read, write, edit, list and search text files.
 
-Every path a tool receives is resolved (symbolic links followed, `..` applied as the operating
-system applies it) and must land inside the workspace root; otherwise the tool answers with an
-error the model can read. Tools never raise for the model's mistakes: refusals, missing files,
-binary files, size limits and operating-system errors all come back as text starting with
-`"Error:"`, and every answer is at most `max_result_chars` characters long.
+Every access goes through directory file descriptors, one path component at a time, and never lets
+the operating system follow a symbolic link: each link is read and resolved by the tools
+themselves, and only within the root. A link that leads outside, a `..` that climbs out, or a link
+swapped in between a check and an open is refused, never followed. Files with more than one hard
+link are refused for reading and writing (a hard link may share its content with a file outside
+the workspace). Writes go to a new file that atomically replaces the old one, so they never write
+through a link. Searches use RE2, a regular-expression engine that runs in linear time.
+
+Tools never raise for the model's mistakes: refusals, missing files, binary files, size limits and
+operating-system errors all come back as text starting with `"Error:"`, and every answer is at most
+`max_result_chars` characters long.
 """
 
 from __future__ import annotations
 
+import errno
 import inspect
 import os
-import re
+import secrets
+import stat
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import re2
 
 from ..errors import WorkspaceError
 from ._skill import Skill
 
 __all__ = ["FileTools", "WorkspaceError"]
 
-# Files are opened without following a symbolic link in the last path component (where the OS
-# allows it), so a link swapped in after the path was checked is not followed.
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _MIN_RESULT_CHARS = 200
 _MAX_LINE_CHARS = 300
+_MAX_PATTERN_CHARS = 1000
+# As many symbolic links as Linux follows in one path before it reports a loop.
+_MAX_LINKS = 40
 
 
-def _positive(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"FileTools({name}=...) must be an integer, got {value!r}")
-    if value < minimum:
+def _positive(name: str, value: Any, minimum: int = 1, number: bool = False) -> Any:
+    kinds = (int, float) if number else int
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        what = "a number" if number else "an integer"
+        raise TypeError(f"FileTools({name}=...) must be {what}, got {value!r}")
+    if value < minimum or value != value:
         raise ValueError(f"FileTools({name}=...) must be at least {minimum}, got {value}")
     return value
 
@@ -63,6 +80,24 @@ def _decode(data: bytes, shown: str) -> str:
         ) from None
 
 
+def _components(path: str) -> list[str]:
+    return [part for part in path.split("/") if part not in ("", ".")]
+
+
+@dataclass
+class _Place:
+    """Where a path leads: an open directory (`parent`, owned: close it) and the entry `name` in
+    it (None for the directory itself), with the entry's `lstat` (None if it does not exist)."""
+
+    parent: int
+    name: str | None
+    parts: list[str]  # the real path, component by component from the root
+    info: os.stat_result | None
+
+    def close(self) -> None:
+        os.close(self.parent)
+
+
 class FileTools:
     """Built-in file tools bound to one workspace directory.
 
@@ -72,8 +107,9 @@ class FileTools:
     Decorate one with `tool(...)` to add options: `tool(needs_approval=True)(files.write_file)`.
 
     Paths are relative to the root (absolute paths are accepted when they lie inside it). Paths
-    outside the root, `..` escapes and symbolic links leading out are refused; the root itself may
-    be a symbolic link. Files are UTF-8 text.
+    outside the root, `..` escapes and symbolic links leading out are refused; links that stay
+    inside are followed by the tools themselves (`search_files` skips links), and the root itself
+    may be a symbolic link. Files with more than one hard link are refused. Files are UTF-8 text.
 
     Args:
         root: the workspace directory (must exist).
@@ -82,6 +118,7 @@ class FileTools:
         max_result_chars: the longest answer any tool gives; longer answers are truncated with a
             `[truncated: N more characters]` note (at least 200).
         max_matches: the most matching lines search_files reports.
+        max_search_seconds: how long one search_files call may run; it then stops and says so.
     """
 
     root: Path
@@ -98,6 +135,7 @@ class FileTools:
         max_file_bytes: int = 1_000_000,
         max_result_chars: int = 20_000,
         max_matches: int = 100,
+        max_search_seconds: float = 10.0,
     ) -> None:
         given = Path(root)
         try:
@@ -111,6 +149,9 @@ class FileTools:
         self.max_file_bytes = _positive("max_file_bytes", max_file_bytes)
         self.max_result_chars = _positive("max_result_chars", max_result_chars, _MIN_RESULT_CHARS)
         self.max_matches = _positive("max_matches", max_matches)
+        self.max_search_seconds = _positive(
+            "max_search_seconds", max_search_seconds, 0, number=True
+        )
         self.tools = _make_tools(self)
         for func in self.tools:
             setattr(self, func.__name__, func)
@@ -119,45 +160,114 @@ class FileTools:
     def __repr__(self) -> str:
         return f"FileTools({str(self.root)!r})"
 
+    # --- finding a path, one directory descriptor at a time -------------------------------------
+
+    def _below_root(self, path: str) -> list[str] | None:
+        """The components of absolute `path` below the root (given or real), else None."""
+        parts = Path(path).parts
+        for root in (self.root, self._given_root):
+            if parts[: len(root.parts)] == root.parts:
+                return list(parts[len(root.parts) :])
+        lexical = Path(os.path.normpath(path))
+        for root in (self.root, self._given_root):
+            if lexical.is_relative_to(root):
+                return list(lexical.relative_to(root).parts)
+        return None
+
+    def _start(self, path: str) -> list[str]:
+        """The components of `path` from the root, refusing lexical escapes."""
+        if "\0" in path:
+            raise WorkspaceError(f"{path!r} contains a NUL character, which no path may contain")
+        outside = WorkspaceError(
+            f"{path!r} is outside the workspace; use a path relative to the workspace root"
+        )
+        if os.path.isabs(path):
+            parts = self._below_root(path)
+            if parts is None:
+                raise outside
+            return parts
+        if not Path(os.path.normpath(self.root / path)).is_relative_to(self.root):
+            raise outside
+        return _components(path)
+
+    def _locate(self, path: str, *, make_dirs: bool = False) -> _Place:
+        """Walk `path` from the root with directory descriptors, resolving symbolic links by hand
+        and only within the root. The caller closes the returned place."""
+        todo = self._start(path)
+        stack = [os.open(self.root, _DIRECTORY)]
+        names: list[str] = []
+        links = 0
+        leads_out = WorkspaceError(
+            f"{path!r} leads outside the workspace through a symbolic link; it is refused"
+        )
+        try:
+            while todo:
+                part = todo.pop(0)
+                if part in ("", "."):
+                    continue
+                if part == "..":
+                    if not names:  # only a link can lead here: lexical escapes were refused
+                        raise leads_out
+                    os.close(stack.pop())
+                    names.pop()
+                    continue
+                try:
+                    info = os.stat(part, dir_fd=stack[-1], follow_symlinks=False)
+                except FileNotFoundError:
+                    if not todo:
+                        return _Place(stack.pop(), part, [*names, part], None)
+                    if not make_dirs:
+                        raise WorkspaceError(f"{path!r} does not exist") from None
+                    os.mkdir(part, 0o777, dir_fd=stack[-1])
+                    todo.insert(0, part)
+                    continue
+                if stat.S_ISLNK(info.st_mode):
+                    links += 1
+                    if links > _MAX_LINKS:
+                        raise WorkspaceError(f"{path!r} cannot be resolved (a symbolic link loop?)")
+                    target = os.readlink(part, dir_fd=stack[-1])
+                    if os.path.isabs(target):
+                        below = self._below_root(target)
+                        if below is None:
+                            raise leads_out
+                        while len(stack) > 1:
+                            os.close(stack.pop())
+                        names.clear()
+                        todo[:0] = below
+                    else:
+                        todo[:0] = target.split("/")
+                    continue
+                if not todo:
+                    return _Place(stack.pop(), part, [*names, part], info)
+                if not stat.S_ISDIR(info.st_mode):
+                    if make_dirs:
+                        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST))
+                    raise WorkspaceError(f"{path!r} does not exist")
+                try:
+                    stack.append(os.open(part, _DIRECTORY, dir_fd=stack[-1]))
+                except OSError as e:  # swapped for a link or a file since the stat: look again
+                    if e.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+                        raise
+                    links += 1
+                    if links > _MAX_LINKS:
+                        raise WorkspaceError(f"{path!r} keeps changing while it is opened") from e
+                    todo.insert(0, part)
+                    continue
+                names.append(part)
+            return _Place(stack.pop(), None, names, None)
+        finally:
+            for fd in stack:
+                os.close(fd)
+
     def resolve(self, path: str) -> Path:
         """The real path `path` names inside the workspace (symbolic links resolved).
 
         Raises:
             WorkspaceError: `path` lies outside the root, lexically or through a symbolic link.
         """
-        if "\0" in path:
-            raise WorkspaceError(f"{path!r} contains a NUL character, which no path may contain")
-        candidate = Path(path)
-        if candidate.is_absolute():
-            lexical = Path(os.path.normpath(candidate))
-            inside = lexical.is_relative_to(self.root) or lexical.is_relative_to(self._given_root)
-        else:
-            candidate = self.root / candidate
-            inside = Path(os.path.normpath(candidate)).is_relative_to(self.root)
-        if not inside:
-            raise WorkspaceError(
-                f"{path!r} is outside the workspace; use a path relative to the workspace root"
-            )
-        try:
-            real = candidate.resolve()
-        except (OSError, RuntimeError) as e:
-            raise WorkspaceError(f"{path!r} cannot be resolved (a symbolic link loop?)") from e
-        if not real.is_relative_to(self.root):
-            raise WorkspaceError(
-                f"{path!r} leads outside the workspace through a symbolic link; it is refused"
-            )
-        return real
-
-    def _inside(self, path: Path) -> bool:
-        """Whether `path` resolves to somewhere inside the root (False for link loops)."""
-        try:
-            return path.resolve().is_relative_to(self.root)
-        except (OSError, RuntimeError):
-            return False
-
-    def _shown(self, real: Path) -> str:
-        """`real` as the model should see it: relative to the root, with forward slashes."""
-        return real.relative_to(self.root).as_posix()
+        place = self._locate(path)
+        place.close()
+        return self.root.joinpath(*place.parts)
 
     def _guard(self, action: Callable[..., str], path: str, *args: Any) -> str:
         """Run a tool's `action`, turning refusals and OS errors into an answer for the model."""
@@ -169,44 +279,77 @@ class FileTools:
             answer = f"Error: {path!r}: {e.strerror or type(e).__name__}"
         return _clip(answer, self.max_result_chars)
 
-    def _existing_file(self, path: str) -> Path:
-        real = self.resolve(path)
-        if real.is_dir():
-            raise WorkspaceError(f"{path!r} is a directory; use list_dir to see what is in it")
-        if not real.exists():
-            raise WorkspaceError(f"{path!r} does not exist; use list_dir or search_files")
-        if not real.is_file():
-            raise WorkspaceError(f"{path!r} is not a regular file")
-        return real
+    # --- reading and writing --------------------------------------------------------------------
 
-    def _read_text(self, real: Path, shown: str) -> str:
-        with os.fdopen(os.open(real, os.O_RDONLY | _NOFOLLOW), "rb") as f:
+    def _check_file(self, info: os.stat_result, path: str, *, directory_hint: str) -> None:
+        if stat.S_ISDIR(info.st_mode):
+            raise WorkspaceError(f"{path!r} is a directory; {directory_hint}")
+        if not stat.S_ISREG(info.st_mode):
+            raise WorkspaceError(f"{path!r} is not a regular file")
+        if info.st_nlink > 1:
+            raise WorkspaceError(
+                f"{path!r} has {info.st_nlink} hard links; file tools refuse files with more "
+                "than one link, which may share their content with a file outside the workspace"
+            )
+
+    def _read_at(self, parent: int, name: str, path: str) -> str:
+        """The text of file `name` in directory `parent`, opened without following a link."""
+        fd = os.open(name, _READ, dir_fd=parent)
+        with os.fdopen(fd, "rb") as f:
+            self._check_file(os.fstat(fd), path, directory_hint="use list_dir to see what is in it")
             data = f.read(self.max_file_bytes + 1)
         if len(data) > self.max_file_bytes:
             raise WorkspaceError(
-                f"{shown!r} is larger than the {self.max_file_bytes}-byte limit; "
+                f"{path!r} is larger than the {self.max_file_bytes}-byte limit; "
                 "use search_files to find what you need in it"
             )
-        return _decode(data, shown)
+        return _decode(data, path)
 
-    def _write_bytes(self, real: Path, data: bytes, path: str) -> None:
+    def _read_place(self, place: _Place, path: str) -> str:
+        hint = "use list_dir to see what is in it"
+        if place.name is None:
+            raise WorkspaceError(f"{path!r} is a directory; {hint}")
+        if place.info is None:
+            raise WorkspaceError(f"{path!r} does not exist; use list_dir or search_files")
+        self._check_file(place.info, path, directory_hint=hint)
+        return self._read_at(place.parent, place.name, path)
+
+    def _replace(self, place: _Place, data: bytes, path: str) -> None:
+        """Write `data` to a new file beside the target and rename it over the target: the old
+        file's directory entry is replaced, nothing is written through a link."""
         if len(data) > self.max_file_bytes:
             raise WorkspaceError(
                 f"the new content of {path!r} is {len(data)} bytes, over the "
                 f"{self.max_file_bytes}-byte limit; write smaller files"
             )
-        real.parent.mkdir(parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW
-        with os.fdopen(os.open(real, flags, 0o666), "wb") as f:
-            f.write(data)
+        if place.name is None:
+            raise WorkspaceError(f"{path!r} is a directory; give a file path")
+        mode = 0o666
+        if place.info is not None:
+            self._check_file(place.info, path, directory_hint="give a file path")
+            mode = stat.S_IMODE(place.info.st_mode)
+        temporary = f".{place.name}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(temporary, _CREATE, mode, dir_fd=place.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                if place.info is not None:
+                    os.fchmod(fd, mode)
+                f.write(data)
+            os.replace(temporary, place.name, src_dir_fd=place.parent, dst_dir_fd=place.parent)
+        except BaseException:
+            os.unlink(temporary, dir_fd=place.parent)
+            raise
 
     def _read_file(self, path: str, start_line: int, max_lines: int | None) -> str:
         if start_line < 1:
             raise WorkspaceError(f"start_line must be 1 or more, got {start_line}")
         if max_lines is not None and max_lines < 1:
             raise WorkspaceError(f"max_lines must be 1 or more, got {max_lines}")
-        real = self._existing_file(path)
-        lines = self._read_text(real, path).splitlines(keepends=True)
+        place = self._locate(path)
+        try:
+            lines = self._read_place(place, path).splitlines(keepends=True)
+        finally:
+            place.close()
         if start_line > max(len(lines), 1):
             raise WorkspaceError(
                 f"{path!r} has {len(lines)} lines; start_line {start_line} is past the end"
@@ -226,87 +369,161 @@ class FileTools:
         return shown + _read_on(len(text) - len(shown), start_line + max(fit, 1))
 
     def _write_file(self, path: str, content: str) -> str:
-        real = self.resolve(path)
-        if real.is_dir():
-            raise WorkspaceError(f"{path!r} is a directory; give a file path")
-        existed = real.exists()
-        if existed and not real.is_file():
-            raise WorkspaceError(f"{path!r} is not a regular file")
-        data = content.encode("utf-8")
-        self._write_bytes(real, data, path)
+        place = self._locate(path, make_dirs=True)
+        try:
+            existed = place.info is not None
+            data = content.encode("utf-8")
+            self._replace(place, data, path)
+        finally:
+            place.close()
         verb = "Overwrote" if existed else "Created"
-        return f"{verb} {self._shown(real)!r} ({len(data)} bytes)."
+        return f"{verb} {'/'.join(place.parts)!r} ({len(data)} bytes)."
 
     def _edit_file(self, path: str, old_string: str, new_string: str, replace_all: bool) -> str:
         if not old_string:
             raise WorkspaceError("old_string is empty; give the exact text to replace")
-        real = self._existing_file(path)
-        text = self._read_text(real, path)
-        count = text.count(old_string)
-        if count == 0:
-            raise WorkspaceError(
-                f"old_string was not found in {path!r}; read the file and copy the text exactly, "
-                "including whitespace and line breaks"
-            )
-        if count > 1 and not replace_all:
-            raise WorkspaceError(
-                f"old_string occurs {count} times in {path!r}; include more surrounding text to "
-                "make it unique, or pass replace_all=true to replace every occurrence"
-            )
-        self._write_bytes(real, text.replace(old_string, new_string).encode("utf-8"), path)
+        place = self._locate(path)
+        try:
+            text = self._read_place(place, path)
+            count = text.count(old_string)
+            if count == 0:
+                raise WorkspaceError(
+                    f"old_string was not found in {path!r}; read the file and copy the text "
+                    "exactly, including whitespace and line breaks"
+                )
+            if count > 1 and not replace_all:
+                raise WorkspaceError(
+                    f"old_string occurs {count} times in {path!r}; include more surrounding text "
+                    "to make it unique, or pass replace_all=true to replace every occurrence"
+                )
+            self._replace(place, text.replace(old_string, new_string).encode("utf-8"), path)
+        finally:
+            place.close()
         plural = "occurrence" if count == 1 else "occurrences"
-        return f"Replaced {count} {plural} in {self._shown(real)!r}."
+        return f"Replaced {count} {plural} in {'/'.join(place.parts)!r}."
+
+    # --- listing and searching ------------------------------------------------------------------
+
+    def _open_dir(self, place: _Place, path: str) -> int | None:
+        """A descriptor of the directory `place` names (owned by the caller); None for a file."""
+        if place.name is None:
+            return os.dup(place.parent)
+        if place.info is None:
+            raise WorkspaceError(f"{path!r} does not exist")
+        if not stat.S_ISDIR(place.info.st_mode):
+            return None
+        return os.open(place.name, _DIRECTORY, dir_fd=place.parent)
+
+    def _leads_inside(self, path: str) -> bool:
+        try:
+            self._locate(path).close()
+        except (WorkspaceError, OSError):
+            return False
+        return True
 
     def _list_dir(self, path: str) -> str:
-        real = self.resolve(path)
-        if not real.exists():
-            raise WorkspaceError(f"{path!r} does not exist")
-        if not real.is_dir():
+        place = self._locate(path)
+        try:
+            fd = self._open_dir(place, path)
+        finally:
+            place.close()
+        if fd is None:
             raise WorkspaceError(f"{path!r} is a file; use read_file to read it")
         lines = []
-        for entry in sorted(os.scandir(real), key=lambda e: e.name):
-            if entry.is_symlink():
-                outside = "" if self._inside(Path(entry.path)) else " (leads outside; refused)"
-                lines.append(f"{entry.name}@{outside}")
-            elif entry.is_dir():
-                lines.append(f"{entry.name}/")
-            else:
-                lines.append(f"{entry.name} ({entry.stat().st_size} bytes)")
+        try:
+            for name in sorted(os.listdir(fd)):
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISLNK(info.st_mode):
+                    inside = self._leads_inside("/".join([*place.parts, name]))
+                    lines.append(f"{name}@" if inside else f"{name}@ (leads outside; refused)")
+                elif stat.S_ISDIR(info.st_mode):
+                    lines.append(f"{name}/")
+                else:
+                    lines.append(f"{name} ({info.st_size} bytes)")
+        finally:
+            os.close(fd)
         return "\n".join(lines) if lines else "(empty directory)"
 
-    def _text_files(self, real: Path) -> Iterator[Path]:
-        """The files under `real` (or `real` itself), sorted, without leaving the workspace."""
-        if real.is_file():
-            yield real
-            return
-        for dirpath, dirnames, filenames in os.walk(real):
-            dirnames.sort()
-            for name in sorted(filenames):
-                file = Path(dirpath, name)
-                if (not file.is_symlink() or self._inside(file)) and file.is_file():
-                    yield file
+    def _files_under(self, top: int, prefix: list[str]) -> Iterator[tuple[int, str, str]]:
+        """(directory descriptor, name, shown path) of every regular file under the directory
+        `top` (owned; closed here), files before folders, sorted; links are not followed."""
+        pending = [(top, prefix)]
+        try:
+            while pending:
+                fd, parts = pending.pop(0)
+                folders = []
+                try:
+                    for name in sorted(os.listdir(fd)):
+                        try:
+                            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                        except OSError:
+                            continue
+                        if stat.S_ISREG(info.st_mode):
+                            yield fd, name, "/".join([*parts, name])
+                        elif stat.S_ISDIR(info.st_mode):
+                            folders.append(name)
+                    for name in folders:
+                        try:
+                            pending.append((os.open(name, _DIRECTORY, dir_fd=fd), [*parts, name]))
+                        except OSError:
+                            continue
+                finally:
+                    os.close(fd)
+        finally:
+            for fd, _ in pending:
+                os.close(fd)
 
-    def _search_files(self, path: str, pattern: str, regex: bool, ignore_case: bool) -> str:
+    def _matcher(self, pattern: str, regex: bool, ignore_case: bool) -> Any:
         if not pattern:
             raise WorkspaceError("pattern is empty; give the text to search for")
-        try:
-            matcher = re.compile(
-                pattern if regex else re.escape(pattern), re.IGNORECASE if ignore_case else 0
+        if len(pattern) > _MAX_PATTERN_CHARS:
+            raise WorkspaceError(
+                f"pattern is {len(pattern)} characters long, over the {_MAX_PATTERN_CHARS}-"
+                "character limit; search for a shorter pattern"
             )
-        except re.error as e:
-            raise WorkspaceError(f"pattern is not a valid regular expression: {e}") from e
-        real = self.resolve(path)
-        if not real.exists():
-            raise WorkspaceError(f"{path!r} does not exist")
+        options = re2.Options()
+        options.log_errors = False
+        options.case_sensitive = not ignore_case
+        options.literal = not regex
+        try:
+            return re2.compile(pattern, options)
+        except re2.error as e:
+            reason = e.args[0].decode() if e.args and isinstance(e.args[0], bytes) else str(e)
+            raise WorkspaceError(
+                f"pattern is not a valid regular expression: {reason} (search_files uses RE2 "
+                "syntax: no backreferences or lookarounds)"
+            ) from None
+
+    def _search_files(self, path: str, pattern: str, regex: bool, ignore_case: bool) -> str:
+        matcher = self._matcher(pattern, regex, ignore_case)
+        place = self._locate(path)
+        try:
+            top = self._open_dir(place, path)
+            if top is None:
+                candidates: Iterator[tuple[int, str, str]] = iter(
+                    [(place.parent, str(place.name), "/".join(place.parts))]
+                )
+            else:
+                candidates = self._files_under(top, place.parts)
+            return self._search(candidates, matcher, pattern, path)
+        finally:
+            place.close()
+
+    def _search(
+        self, candidates: Iterator[tuple[int, str, str]], matcher: Any, pattern: str, path: str
+    ) -> str:
+        deadline = time.monotonic() + self.max_search_seconds
         found: list[str] = []
-        for file in self._text_files(real):
+        for parent, name, shown in candidates:
+            if time.monotonic() > deadline:
+                found.append(
+                    f"[stopped after {self.max_search_seconds:g} s; search a smaller folder]"
+                )
+                break
             try:
-                if file.stat().st_size > self.max_file_bytes:
-                    continue
-                text = _decode(file.read_bytes(), str(file))
+                text = self._read_at(parent, name, shown)
             except (OSError, WorkspaceError):
                 continue
-            shown = file.relative_to(self.root).as_posix()
             for number, line in enumerate(text.splitlines(), 1):
                 if matcher.search(line):
                     if len(found) == self.max_matches:
@@ -387,7 +604,7 @@ def _make_tools(files: FileTools) -> list[Callable[..., str]]:
         Args:
             pattern: the text to look for (a regular expression if regex is true).
             path: the file or folder to search, relative to the workspace root.
-            regex: treat pattern as a Python regular expression.
+            regex: treat pattern as a regular expression (RE2 syntax: no backreferences).
             ignore_case: match regardless of upper and lower case.
         """
         return files._guard(files._search_files, path, pattern, regex, ignore_case)
