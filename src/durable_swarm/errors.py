@@ -226,7 +226,9 @@ class RunError(DurableSwarmError):
 
 
 class ContextExpressionError(DurableSwarmError, ValueError):
-    """A `ContextExpression` that cannot be parsed (raised when it is defined, never mid-run)."""
+    """A `ContextExpression` that cannot be parsed (raised when it is defined), or that cannot be
+    evaluated on a run's context (a minus sign before something that is not a number): the run
+    then fails with this error, naming the expression and the variable."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

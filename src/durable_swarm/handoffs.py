@@ -15,7 +15,6 @@ returning an agent, or an `OnCondition` transfer), the agent's after-work, the s
 
 from __future__ import annotations
 
-import ast
 import enum
 import inspect
 import re
@@ -39,132 +38,258 @@ __all__ = [
 ]
 
 
-_ALLOWED_NODES = (
-    ast.Expression,
-    ast.BoolOp,
-    ast.And,
-    ast.Or,
-    ast.UnaryOp,
-    ast.Not,
-    ast.USub,
-    ast.Compare,
-    ast.Eq,
-    ast.NotEq,
-    ast.Lt,
-    ast.LtE,
-    ast.Gt,
-    ast.GtE,
-    ast.Name,
-    ast.Load,
-    ast.Constant,
+_TOKEN = re.compile(
+    r"""\s*(?:
+      (?P<variable>\$\{\s*(?P<var>[A-Za-z_][A-Za-z0-9_]*)\s*\})
+    | (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
+    | (?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
+    | (?P<operator>==|!=|<=|>=|&&|\|\||[<>&|!()-])
+    | (?P<word>[A-Za-z_][A-Za-z0-9_]*)
+    | (?P<other>\S)
+    )""",
+    re.VERBOSE,
 )
-_VARIABLE = re.compile(r"\$\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}")
-_STRING = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
+_WORDS = {"and": "and", "or": "or", "not": "not", "true": True, "True": True, "false": False}
+_WORDS.update({"False": False, "None": None})
+_SPELLINGS = {"&&": "and", "&": "and", "||": "or", "|": "or", "!": "not"}
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+_LITERAL, _NAME = "literal", "variable"
 
 
-def _to_python(expression: str) -> str:
-    """`expression` in Python syntax; quoted strings are kept exactly as written."""
-    pieces, start = [], 0
-    for literal in _STRING.finditer(expression):
-        pieces += [_operators(expression[start : literal.start()]), literal.group()]
-        start = literal.end()
-    return "".join([*pieces, _operators(expression[start:])])
+def _unquote(literal: str) -> str:
+    body, out, i = literal[1:-1], [], 0
+    while i < len(body):
+        if body[i] == "\\" and i + 1 < len(body):
+            out.append({"n": "\n", "t": "\t"}.get(body[i + 1], body[i + 1]))
+            i += 2
+        else:
+            out.append(body[i])
+            i += 1
+    return "".join(out)
 
 
-def _operators(code: str) -> str:
-    """Variables and the `&`/`|`/`!`/`true`/`false` spellings of code outside strings."""
-    code = _VARIABLE.sub(lambda m: f"__ctx_{m.group(1)}", code)
-    code = re.sub(r"(?<![=!<>])!(?!=)", " not ", code)
-    code = code.replace("&&", " and ").replace("||", " or ")
-    code = code.replace("&", " and ").replace("|", " or ")
-    return re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", code))
+class _Parser:
+    """Recursive descent over the tokens of an expression, at most `MAX_DEPTH` levels deep.
+
+    Grammar: or := and ("or" and)* ; and := not ("and" not)* ; not := "not" not | compare ;
+    compare := sign (op sign)* ; sign := "-" sign | atom ; atom := variable | literal | "(" or ")".
+    Nodes are tuples: ("variable", name), ("literal", value), ("-", node), ("not", node),
+    ("and"/"or", [nodes]), ("compare", first, [(op, node), ...]).
+    """
+
+    def __init__(self, expression: str, max_depth: int) -> None:
+        self.expression = expression
+        self.max_depth = max_depth
+        self.tokens: list[tuple[str, Any]] = []
+        for match in _TOKEN.finditer(expression):
+            kind = match.lastgroup
+            text = match.group(kind) if kind else ""
+            if kind == "variable":
+                self.tokens.append((_NAME, match.group("var")))
+            elif kind == "string":
+                self.tokens.append((_LITERAL, _unquote(text)))
+            elif kind == "number":
+                number = float(text) if any(c in text for c in ".eE") else int(text)
+                self.tokens.append((_LITERAL, number))
+            elif kind == "operator":
+                self.tokens.append(("op", _SPELLINGS.get(text, text)))
+            elif kind == "word" and text in _WORDS:
+                value = _WORDS[text]
+                self.tokens.append(
+                    ("op", value) if text in ("and", "or", "not") else (_LITERAL, value)
+                )
+            elif kind == "word":
+                raise self.error(f"refers to {text!r}; write context variables as ${{{text}}}.")
+            elif text:
+                raise self.error(
+                    f"uses {text!r}, which is not allowed: only ${{variables}}, literals "
+                    "(numbers, quoted strings, true/false, None), comparisons, a minus sign, "
+                    "parentheses and and/or/not."
+                )
+        self.position = 0
+
+    def error(self, problem: str) -> ContextExpressionError:
+        return ContextExpressionError(f"ContextExpression {self.expression!r} {problem}")
+
+    def malformed(self, what: str) -> ContextExpressionError:
+        return self.error(
+            f"is malformed: {what}. Write variables as ${{name}} and combine them with "
+            'and/or/not and comparisons, e.g. "${verified} and ${attempts} >= 3".'
+        )
+
+    def peek(self) -> Any:
+        return self.tokens[self.position][1] if self.position < len(self.tokens) else None
+
+    def is_op(self, *ops: str) -> bool:
+        if self.position >= len(self.tokens):
+            return False
+        kind, value = self.tokens[self.position]
+        return kind == "op" and value in ops
+
+    def parse(self) -> tuple[Any, ...]:
+        if not self.tokens:
+            raise self.malformed("it is empty")
+        tree = self.boolean("or", 0)
+        if self.position < len(self.tokens):
+            raise self.malformed(f"unexpected {self.shown()} after a complete expression")
+        return tree
+
+    def shown(self) -> str:
+        kind, value = self.tokens[self.position]
+        return f"${{{value}}}" if kind == _NAME else repr(value)
+
+    def deeper(self, depth: int) -> int:
+        if depth >= self.max_depth:
+            raise self.error(
+                f"nests more than {self.max_depth} levels deep (parentheses, not and minus "
+                "signs); write it flatter."
+            )
+        return depth + 1
+
+    def boolean(self, op: str, depth: int) -> tuple[Any, ...]:
+        parts = [self.boolean("and", depth) if op == "or" else self.negation(depth)]
+        while self.is_op(op):
+            self.position += 1
+            parts.append(self.boolean("and", depth) if op == "or" else self.negation(depth))
+        return parts[0] if len(parts) == 1 else (op, parts)
+
+    def negation(self, depth: int) -> tuple[Any, ...]:
+        if self.is_op("not"):
+            self.position += 1
+            return ("not", self.negation(self.deeper(depth)))
+        first = self.sign(depth)
+        rest = []
+        while self.is_op(*_COMPARE):
+            op = self.peek()
+            self.position += 1
+            rest.append((op, self.sign(depth)))
+        return ("compare", first, rest) if rest else first
+
+    def sign(self, depth: int) -> tuple[Any, ...]:
+        if self.is_op("-"):
+            self.position += 1
+            return ("-", self.sign(self.deeper(depth)))
+        if self.position >= len(self.tokens):
+            raise self.malformed("it ends where a value was expected")
+        kind, value = self.tokens[self.position]
+        self.position += 1
+        if kind in (_NAME, _LITERAL):
+            return (kind, value)
+        if value == "(":
+            inner = self.boolean("or", self.deeper(depth))
+            if not self.is_op(")"):
+                raise self.malformed("a '(' is never closed")
+            self.position += 1
+            return inner
+        self.position -= 1
+        raise self.malformed(f"unexpected {self.shown()} where a value was expected")
 
 
 class ContextExpression:
     """A boolean expression over context variables, e.g. `"${verified} and ${attempts} >= 3"`.
 
-    Variables are written `${name}`; operators: `and`, `or`, `not` (also `&`, `|`, `!`),
-    `==`, `!=`, `<`, `<=`, `>`, `>=`, parentheses; literals: numbers, quoted strings,
-    `True`/`False` (or `true`/`false`), `None`. A missing variable reads as `None`. The expression
-    is parsed when created (a malformed one raises `ContextExpressionError` then) and evaluated by
-    walking its syntax tree: no `eval`, no attribute access, no calls.
+    Variables are written `${name}`; operators: `and`, `or`, `not` (also `&`/`&&`, `|`/`||`,
+    `!`), `==`, `!=`, `<`, `<=`, `>`, `>=` (chained as in Python: `1 < ${n} <= 3`), a minus sign,
+    parentheses; literals: numbers, quoted strings, `True`/`False` (or `true`/`false`), `None`.
+    Nothing else is allowed: no calls, attributes, indexing, arithmetic or comments.
+
+    The expression is parsed when created into a small syntax tree, at most `MAX_LENGTH`
+    characters long and `MAX_DEPTH` levels deep; a malformed one raises `ContextExpressionError`
+    then. Evaluation walks the tree (no `eval`): a missing variable reads as `None`; `and`/`or`
+    behave as in Python; an ordering comparison between values that cannot be ordered (a missing
+    variable, a string and a number) is False; a minus sign before something that is not a number
+    raises `ContextExpressionError`, which fails the run with a message naming the variable.
     """
+
+    MAX_LENGTH = 2000
+    MAX_DEPTH = 50
 
     def __init__(self, expression: str) -> None:
         if not isinstance(expression, str) or not expression.strip():
             raise ContextExpressionError(
-                f"ContextExpression needs a non-empty string, got {expression!r}."
+                f"ContextExpression needs a non-empty string, got {expression!r:.100}."
+            )
+        if len(expression) > self.MAX_LENGTH:
+            raise ContextExpressionError(
+                f"ContextExpression {expression[:60]!r}... is {len(expression)} characters long, "
+                f"over the {self.MAX_LENGTH}-character limit; split it into several conditions."
             )
         self.expression = expression
-        self.variables = sorted(set(_VARIABLE.findall(_STRING.sub("", expression))))
-        try:
-            tree = ast.parse(_to_python(expression).strip(), mode="eval")
-        except SyntaxError as e:
-            raise ContextExpressionError(
-                f"Malformed ContextExpression {expression!r}: {e.msg}. Write variables as "
-                "${name} and combine them with and/or/not and comparisons, e.g. "
-                '"${verified} and ${attempts} >= 3".'
-            ) from None
-        for node in ast.walk(tree):
-            if not isinstance(node, _ALLOWED_NODES):
-                raise ContextExpressionError(
-                    f"ContextExpression {expression!r} uses {type(node).__name__}, which is not "
-                    "allowed: only ${variables}, literals, comparisons and and/or/not."
-                )
-            if (
-                isinstance(node, ast.Name)
-                and not node.id.startswith("__ctx_")
-                and node.id not in ("True", "False", "None")
-            ):
-                raise ContextExpressionError(
-                    f"ContextExpression {expression!r} refers to {node.id!r}; write context "
-                    f"variables as ${{{node.id}}}."
-                )
-        self._tree = tree
+        self._tree = _Parser(expression, self.MAX_DEPTH).parse()
+        self.variables = sorted(set(_variables(self._tree)))
 
     def __repr__(self) -> str:
         return f"ContextExpression({self.expression!r})"
 
     def evaluate(self, context_variables: dict[str, Any]) -> bool:
-        """The expression's truth value for `context_variables`."""
-        return bool(_evaluate(self._tree.body, context_variables))
+        """The expression's truth value for `context_variables`.
 
+        Raises:
+            ContextExpressionError: a minus sign stands before a value that is not a number.
+        """
+        return bool(self._evaluate(self._tree, context_variables))
 
-_COMPARE: dict[type, Callable[[Any, Any], bool]] = {
-    ast.Eq: lambda a, b: a == b,
-    ast.NotEq: lambda a, b: a != b,
-    ast.Lt: lambda a, b: a < b,
-    ast.LtE: lambda a, b: a <= b,
-    ast.Gt: lambda a, b: a > b,
-    ast.GtE: lambda a, b: a >= b,
-}
-
-
-def _evaluate(node: ast.AST, context: dict[str, Any]) -> Any:
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Name):
-        if node.id.startswith("__ctx_"):
-            return context.get(node.id[len("__ctx_") :])
-        return {"True": True, "False": False, "None": None}[node.id]
-    if isinstance(node, ast.UnaryOp):
-        value = _evaluate(node.operand, context)
-        return (not value) if isinstance(node.op, ast.Not) else -value
-    if isinstance(node, ast.BoolOp):
-        values = (_evaluate(v, context) for v in node.values)
-        return all(values) if isinstance(node.op, ast.And) else any(values)
-    if isinstance(node, ast.Compare):
-        left = _evaluate(node.left, context)
-        for op, right_node in zip(node.ops, node.comparators, strict=True):
-            right = _evaluate(right_node, context)
+    def _evaluate(self, node: tuple[Any, ...], context: dict[str, Any]) -> Any:
+        kind = node[0]
+        if kind == _LITERAL:
+            return node[1]
+        if kind == _NAME:
+            return context.get(node[1])
+        if kind == "not":
+            return not self._evaluate(node[1], context)
+        if kind == "-":
+            value = self._evaluate(node[1], context)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                what = f"${{{node[1][1]}}}" if node[1][0] == _NAME else "its operand"
+                raise ContextExpressionError(
+                    f"ContextExpression {self.expression!r}: a minus sign needs a number, but "
+                    f"{what} is {_describe(value)}. Set it to a number in context_variables, or "
+                    "change the expression."
+                )
+            return -value
+        if kind in ("and", "or"):
+            value = None
+            for part in node[1]:
+                value = self._evaluate(part, context)
+                if bool(value) is (kind == "or"):
+                    return value
+            return value
+        left = self._evaluate(node[1], context)
+        for op, right_node in node[2]:
+            right = self._evaluate(right_node, context)
             try:
-                if not _COMPARE[type(op)](left, right):
+                if not _COMPARE[op](left, right):
                     return False
             except TypeError:
                 return False
             left = right
         return True
-    raise AssertionError(f"unexpected node {type(node).__name__}")
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "None (not set, or set to None)"
+    return f"{type(value).__name__} {value!r:.60}"
+
+
+def _variables(node: tuple[Any, ...]) -> list[str]:
+    kind = node[0]
+    if kind == _NAME:
+        return [node[1]]
+    if kind in ("not", "-"):
+        return _variables(node[1])
+    if kind in ("and", "or"):
+        return [name for part in node[1] for name in _variables(part)]
+    if kind == "compare":
+        return [*_variables(node[1]), *(n for _, part in node[2] for n in _variables(part))]
+    return []
 
 
 Availability = str | ContextExpression | Callable[..., bool] | None
