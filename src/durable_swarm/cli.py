@@ -42,7 +42,7 @@ from ._cli._chat import cmd_chat
 from ._cli._demo import DEFAULT_DEMO, cmd_demo
 from ._cli._runs import HANDLERS, parse_time
 from ._cli._store import CliError
-from ._cli._style import Style, use_color
+from ._cli._style import Style, clean, use_color
 from .durable import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, run_worker
 from .durable._runs import STATUSES
 from .durable._workflow import HOST
@@ -361,10 +361,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args, style) or 0)
     except CliError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {clean(e, lines=True)}", file=sys.stderr)
         return e.status
     except DurableSwarmError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {clean(e, lines=True)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(file=sys.stderr)
@@ -377,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("DURABLE_SWARM_DEBUG"):
             raise
         print(
-            f"{PROG}: error: unexpected {type(e).__name__}: {e} "
+            f"{PROG}: error: unexpected {type(e).__name__}: {clean(e, lines=True)} "
             "(set DURABLE_SWARM_DEBUG=1 to see the traceback)",
             file=sys.stderr,
         )

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ._terminal import clean
 from .errors import RunNotFoundError
 from .handoffs import AfterWork, AfterWorkOption
 from .swarm import Swarm
@@ -36,7 +37,8 @@ def _arguments_text(arguments: str | None) -> str:
 
 def _tool_call_line(tool_call: dict[str, Any]) -> str:
     function = tool_call.get("function") or {}
-    return _TOOL.format(function.get("name", ""), _arguments_text(function.get("arguments")))
+    name, arguments = function.get("name", ""), _arguments_text(function.get("arguments"))
+    return _TOOL.format(clean(name), clean(arguments))
 
 
 def _print_tool_calls(tool_calls: list[dict[str, Any]]) -> None:
@@ -51,14 +53,15 @@ def pretty_print_messages(messages: Iterable[dict[str, Any]]) -> None:
     """Print the assistant messages of `messages` as `<sender>: <content>` and their tool calls.
 
     Other roles (user, tool, system) are skipped. The sender is shown in blue and each tool
-    call in purple as `name("arg"= value)`, as Swarm's REPL does.
+    call in purple as `name("arg"= value)`, as Swarm's REPL does; control characters in what the
+    model wrote are shown visibly (`\\x1b`), never sent to the terminal.
     """
     for message in messages:
         if message.get("role") != "assistant":
             continue
-        print(_SENDER.format(message.get("sender", "")), end=" ")
+        print(_SENDER.format(clean(message.get("sender", ""))), end=" ")
         if message.get("content"):
-            print(message["content"])
+            print(clean(message["content"], lines=True))
         tool_calls = message.get("tool_calls") or []
         _print_tool_calls(tool_calls)
         if not message.get("content") and not tool_calls:
@@ -86,16 +89,16 @@ def process_and_print_streaming_response(events: Iterable[dict[str, Any]]) -> Re
             if printed_content:
                 print()
             elif calls:
-                print(_SENDER.format(sender), end=" ")
+                print(_SENDER.format(clean(sender)), end=" ")
             _print_tool_calls(calls)
             continue
         if event.get("sender"):
             sender = event["sender"]
         if event.get("content"):
             if not printed_content:
-                print(_SENDER.format(sender), end=" ", flush=True)
+                print(_SENDER.format(clean(sender)), end=" ", flush=True)
                 printed_content = True
-            print(event["content"], end="", flush=True)
+            print(clean(event["content"], lines=True), end="", flush=True)
         for position, delta in enumerate(event.get("tool_calls") or []):
             call = tool_calls.setdefault(
                 delta.get("index", position), {"function": {"name": "", "arguments": ""}}

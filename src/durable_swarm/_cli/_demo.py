@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ._render import JSON_SCHEMA_VERSION, dumps
 from ._store import CliError
-from ._style import Style
+from ._style import Style, clean
 
 __all__ = ["DEFAULT_DEMO", "cmd_demo", "discover", "examples_dir"]
 
@@ -95,7 +95,7 @@ def cmd_demo(args: argparse.Namespace, style: Style) -> int:
         width = max(map(len, demos), default=0)
         print(style.paint(f"Demos in {root} (run one with: durable-swarm demo NAME):", "bold"))
         for name, path in demos.items():
-            print(f"  {name.ljust(width)}  {style.paint(describe(path), 'dim')}")
+            print(f"  {clean(name).ljust(width)}  {style.paint(describe(path), 'dim')}")
         return 0
     name = args.name or DEFAULT_DEMO
     if name not in demos:

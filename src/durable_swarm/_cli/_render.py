@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from datetime import datetime
 from typing import Any
 
 from ..durable import RunInfo, StepRecord
-from ._style import Style, ago, duration, local_time, preview
+from ._style import Style, ago, clean, duration, local_time, preview
 
 __all__ = [
     "JSON_SCHEMA_VERSION",
@@ -38,9 +39,15 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
+# JSON escapes C0 controls itself; these it would leave raw (DEL, C1, bidirectional overrides).
+_RAW_IN_JSON = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
 def dumps(data: Any) -> str:
-    """JSON text for programs: sorted keys, ISO 8601 times, non-ASCII kept."""
-    return json.dumps(data, default=_default, sort_keys=True, ensure_ascii=False)
+    """JSON text for programs: sorted keys, ISO 8601 times, non-ASCII kept except the characters
+    a terminal could act on, which are `\\uXXXX` escapes like every control character."""
+    text = json.dumps(data, default=_default, sort_keys=True, ensure_ascii=False)
+    return _RAW_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def step_json(step: StepRecord) -> dict[str, Any]:
@@ -118,9 +125,9 @@ def run_table(runs: list[RunInfo], style: Style, width: int = 160) -> list[str]:
     headers = ("RUN ID", "STATUS", "AGENT", "CREATED", "UPDATED", "TOKENS", "COST")
     rows = [
         (
-            r.run_id,
-            r.status,
-            r.agent or "-",
+            clean(r.run_id),
+            clean(r.status),
+            clean(r.agent or "-"),
             local_time(r.created_at),
             ago(r.updated_at),
             tokens_text(r),
@@ -147,14 +154,15 @@ def run_table(runs: list[RunInfo], style: Style, width: int = 160) -> list[str]:
 def _call_text(call: dict[str, Any]) -> str:
     """`name(a=1, b="x")` for a tool call."""
     function = call.get("function") or {}
+    name = clean(function.get("name", "?"))
     try:
         arguments = json.loads(function.get("arguments") or "{}")
     except (TypeError, ValueError):
-        return f"{function.get('name', '?')}({function.get('arguments')})"
+        return f"{name}({clean(function.get('arguments'))})"
     if not isinstance(arguments, dict):
-        return f"{function.get('name', '?')}({arguments!r})"
-    shown = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in arguments.items())
-    return f"{function.get('name', '?')}({shown})"
+        return f"{name}({clean(repr(arguments))})"
+    shown = ", ".join(f"{clean(k)}={clean(dumps(v))}" for k, v in arguments.items())
+    return f"{name}({shown})"
 
 
 def summary_lines(info: RunInfo, style: Style) -> list[str]:
@@ -162,13 +170,13 @@ def summary_lines(info: RunInfo, style: Style) -> list[str]:
     usage = usage_of(info.steps)
     label = lambda text: style.paint(f"  {text:<11}", "dim")  # noqa: E731
     lines = [f"{style.paint('Run ' + info.run_id, 'bold')}  {style.status(info.status)}"]
-    lines.append(f"{label('agent')}{info.agent or '-'}")
+    lines.append(f"{label('agent')}{clean(info.agent or '-')}")
     created, updated = local_time(info.created_at), local_time(info.updated_at)
     lines.append(f"{label('created')}{created}  (updated {updated}, {ago(info.updated_at)})")
     if info.forked_from:
-        lines.append(f"{label('forked from')}{info.forked_from}")
+        lines.append(f"{label('forked from')}{clean(info.forked_from)}")
     if getattr(info, "parent", None):
-        lines.append(f"{label('parent run')}{getattr(info, 'parent', None)}")
+        lines.append(f"{label('parent run')}{clean(getattr(info, 'parent', None))}")
     messages = len(info.messages)
     lines.append(f"{label('messages')}{messages} ({info.input_messages} given as input)")
     calls, unreported = usage["model_calls"], usage["model_calls_without_usage"]
@@ -219,15 +227,16 @@ def waiting_hint(info: RunInfo, style: Style) -> list[str]:
     if info.status == "waiting_for_input":
         prompt = waiting.get("prompt") or "(no question given)"
         return [
-            style.paint(f"⏸ waiting for input: {prompt}", "magenta"),
-            f"  answer with: durable-swarm runs send {info.run_id} 'your answer'",
+            style.paint(f"⏸ waiting for input: {preview(prompt, 300)}", "magenta"),
+            f"  answer with: durable-swarm runs send {clean(info.run_id)} 'your answer'",
         ]
     if info.status == "waiting_for_approval":
         call = waiting.get("tool_call") or {}
+        run_id, call_id = clean(info.run_id), clean(call.get("id"))
         return [
             style.paint(f"⏸ waiting for approval of {_call_text(call)}", "magenta"),
-            f"  approve: durable-swarm runs approve {info.run_id} {call.get('id')}",
-            f"  reject:  durable-swarm runs reject {info.run_id} {call.get('id')} --message '...'",
+            f"  approve: durable-swarm runs approve {run_id} {call_id}",
+            f"  reject:  durable-swarm runs reject {run_id} {call_id} --message '...'",
         ]
     return []
 
@@ -246,7 +255,7 @@ class _Timeline:
         kind_colors = {"model": "blue", "tool": "magenta", "handoff": "cyan", "wait": "yellow"}
         kind = self.style.paint(f"{step.kind:<8}", kind_colors.get(step.kind, "dim"))
         timing = self.style.paint(f"{duration(step.duration_ms):>9}", "dim")
-        line = f"  #{step.step:<3} {kind} {label:<28} {timing}"
+        line = f"  #{step.step:<3} {kind} {clean(label):<28} {timing}"
         return f"{line}  {extra}".rstrip()
 
     def lines(self, step: StepRecord) -> list[str]:
@@ -278,7 +287,7 @@ class _Timeline:
     def _tool(self, step: StepRecord, out: dict[str, Any]) -> list[str]:
         message = out.get("message") or {}
         call = self.calls.get(message.get("tool_call_id", ""))
-        shown = _call_text(call) if call else step.name
+        shown = _call_text(call) if call else clean(step.name)
         lines = [self.head(step, step.name)]
         result = message.get("content")
         lines.append(f"        {shown} = {preview(result if result is not None else '', 90)}")
@@ -315,7 +324,7 @@ class _Timeline:
 
     def _subagent(self, step: StepRecord, out: Any) -> list[str]:
         child = getattr(step, "child_run_id", None)
-        return [self.head(step, step.name, f"child run {child}" if child else "")]
+        return [self.head(step, step.name, f"child run {clean(child)}" if child else "")]
 
     def _wait(self, step: StepRecord, out: Any) -> list[str]:
         out = out if isinstance(out, dict) else {}
@@ -327,7 +336,7 @@ class _Timeline:
         else:
             label, detail = ("received" if step.completed_at else "waiting"), ""
         if out.get("by"):
-            detail = f"{detail} (by {out['by']})".strip()
+            detail = f"{detail} (by {clean(out['by'])})".strip()
         return [self.head(step, label, detail)]
 
 

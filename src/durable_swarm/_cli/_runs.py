@@ -30,7 +30,7 @@ from ._render import (
     waiting_hint,
 )
 from ._store import CliError, open_swarm
-from ._style import Style, duration, preview
+from ._style import Style, clean, duration, preview
 
 __all__ = ["HANDLERS", "parse_time"]
 
@@ -107,7 +107,7 @@ def cmd_list(args: argparse.Namespace, style: Style) -> int:
         filtered = statuses or args.agent or args.search or args.since or args.until
         which = "match these filters" if filtered else "yet"
         beyond = f" after the first {args.offset} ({total} in all)" if args.offset else ""
-        print(f"No runs {which}{beyond} in {display_url(url)}.")
+        print(f"No runs {which}{beyond} in {clean(display_url(url))}.")
         return 0
     print("\n".join(run_table(runs, style)))
     first, last = args.offset + 1, args.offset + len(runs)
@@ -144,7 +144,13 @@ def cmd_show(args: argparse.Namespace, style: Style) -> int:
             who = message.get("sender") or message.get("role", "?")
             content = message.get("content")
             calls = ", ".join(c["function"]["name"] for c in message.get("tool_calls") or [])
-            text = content if content else f"[calls {calls}]" if calls else ""
+            text = (
+                clean(content, lines=True)
+                if content
+                else f"[calls {clean(calls)}]"
+                if calls
+                else ""
+            )
             lines.append(f"  {style.paint(str(who), 'bold')}: {text}")
     print("\n".join(lines))
     return 0
@@ -279,7 +285,7 @@ def cmd_send(args: argparse.Namespace, style: Style) -> int:
     _emit(
         args,
         {"run_id": args.run_id, "action": "send", "text": args.text},
-        [f"{style.paint('✓', 'green')} Sent your answer to run {args.run_id}. {_GOES_ON}"],
+        [f"{style.paint('✓', 'green')} Sent your answer to run {clean(args.run_id)}. {_GOES_ON}"],
     )
     return 0
 
@@ -294,8 +300,8 @@ def cmd_approve(args: argparse.Namespace, style: Style) -> int:
         args,
         {"run_id": args.run_id, "action": "approve", "tool_call_id": args.tool_call_id},
         [
-            f"{style.paint('✓', 'green')} Approved tool call {args.tool_call_id} of run "
-            f"{args.run_id}. {_GOES_ON}"
+            f"{style.paint('✓', 'green')} Approved tool call {clean(args.tool_call_id)} of run "
+            f"{clean(args.run_id)}. {_GOES_ON}"
         ],
     )
     return 0
@@ -314,9 +320,8 @@ def cmd_reject(args: argparse.Namespace, style: Style) -> int:
         "tool_call_id": args.tool_call_id,
         "message": args.message,
     }
-    line = (
-        f"{style.paint('✓', 'green')} Rejected tool call {args.tool_call_id} of run {args.run_id}"
-    )
+    call, run = clean(args.tool_call_id), clean(args.run_id)
+    line = f"{style.paint('✓', 'green')} Rejected tool call {call} of run {run}"
     _emit(args, data, [f"{line}. {_GOES_ON}"])
     return 0
 
@@ -328,7 +333,7 @@ def cmd_cancel(args: argparse.Namespace, style: Style) -> int:
         info = _get_run(swarm, args.run_id, url)
         if info.status in ("succeeded", "failed"):
             raise CliError(
-                f"Run {args.run_id} already {info.status}: there is nothing to cancel, and "
+                f"Run {clean(args.run_id)} already {info.status}: there is nothing to cancel, and "
                 "nothing was changed."
             )
         if info.status != "cancelled":
@@ -339,8 +344,8 @@ def cmd_cancel(args: argparse.Namespace, style: Style) -> int:
         args,
         {"run_id": args.run_id, "action": "cancel", "changed": not already},
         [
-            f"{style.paint('✓', 'green')} Run {args.run_id} {text}. "
-            f"Resume it with: durable-swarm runs resume {args.run_id}"
+            f"{style.paint('✓', 'green')} Run {clean(args.run_id)} {text}. "
+            f"Resume it with: durable-swarm runs resume {clean(args.run_id)}"
         ],
     )
     return 0
@@ -371,7 +376,7 @@ def cmd_resume(args: argparse.Namespace, style: Style) -> int:
             "budget": budget.to_json() if budget is not None else None,
         },
         [
-            f"{style.paint('✓', 'green')} Run {args.run_id} ({info.status}) is queued to go on "
+            f"{style.paint('✓', 'green')} Run {clean(args.run_id)} ({info.status}) is queued to go on "
             f"{where}{limits}; finished steps are not run again. A worker with its agents picks "
             "it up: your app, when it runs on this database."
         ],
@@ -394,8 +399,8 @@ def cmd_fork(args: argparse.Namespace, style: Style) -> int:
         args,
         {"run_id": handle.run_id, "action": "fork", "forked_from": args.run_id, "step": args.step},
         [
-            f"{style.paint('✓', 'green')} Forked run {args.run_id} at step {args.step} as run "
-            f"{style.paint(handle.run_id, 'bold')}: steps before {args.step} are copied, the "
+            f"{style.paint('✓', 'green')} Forked run {clean(args.run_id)} at step {args.step} as "
+            f"run {style.paint(handle.run_id, 'bold')}: steps before {args.step} are copied, the "
             "rest runs again in a worker (your app, when it runs on this database)."
         ],
     )

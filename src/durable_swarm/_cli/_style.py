@@ -1,5 +1,5 @@
 """How the command writes for people: colours (only on a terminal, never with NO_COLOR), times,
-durations, and short one-line previews."""
+durations, short one-line previews, and text from runs made safe for a terminal (`clean`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import os
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-__all__ = ["Style", "ago", "duration", "local_time", "preview", "use_color"]
+from .._terminal import clean
+
+__all__ = ["Style", "ago", "clean", "duration", "local_time", "preview", "use_color"]
 
 _CODES = {
     "bold": "1",
@@ -47,7 +49,8 @@ class Style:
         self.enabled = enabled
 
     def paint(self, text: str, *styles: str) -> str:
-        """`text` in the given styles (`bold`, `dim`, `red`, `green`, ...)."""
+        """`text` (made safe by `clean`) in the given styles (`bold`, `dim`, `red`, ...)."""
+        text = clean(text, lines=True)
         if not self.enabled or not styles:
             return text
         codes = ";".join(_CODES[s] for s in styles)
@@ -89,6 +92,7 @@ def duration(milliseconds: float | None) -> str:
 
 
 def preview(value: Any, width: int = 100) -> str:
-    """`value` as one line of at most `width` characters (an ellipsis marks a cut)."""
-    text = " ".join(str(value).split())
+    """`value` as one line of at most `width` characters (an ellipsis marks a cut), with its
+    control characters shown visibly (see `clean`)."""
+    text = clean(" ".join(str(value).split()))
     return text if len(text) <= width else text[: width - 1] + "…"
