@@ -3,7 +3,10 @@
 A live run uses the agent objects it meets. A run recovered in a new process only has names in
 its log; the registry turns a name (and the fingerprint recorded with it) back into an agent.
 Apps and tests define agents with the same name more than once: the fingerprint picks the right
-one, and a definition that changed since the run was logged is used with a warning.
+one, and a definition that changed since the run was logged is used with a warning. Where a name
+alone must pick an agent, two different definitions are an error that names both: among the
+agents of one run (`unique_by_name`), and in the registry when no definition matches the run's
+fingerprint (`resolve`).
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ import hashlib
 import json
 import threading
 import warnings
+from collections.abc import Iterable
 from typing import Any
 
-from .errors import AgentNotFoundError
+from .errors import AgentNotFoundError, DuplicateAgentError
 
 _lock = threading.Lock()
 _agents: dict[str, list[Any]] = {}
@@ -49,6 +53,33 @@ def fingerprint(agent: Any) -> str:
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
+def describe(agent: Any) -> str:
+    """One definition of an agent, for an error: its fingerprint, model, tools and instructions."""
+    functions = [getattr(f, "__name__", repr(f)) for f in agent.functions]
+    return (
+        f"fingerprint {fingerprint(agent)} (model {agent.model!r}, functions {functions}, "
+        f"instructions {_describe(agent.instructions)[:60]!r})"
+    )
+
+
+def _clash(name: str, first: Any, second: Any, where: str) -> DuplicateAgentError:
+    return DuplicateAgentError(
+        f"Two different agents are named {name!r} {where}: {describe(first)} and "
+        f"{describe(second)}. A name must pick one agent: rename one of them."
+    )
+
+
+def unique_by_name(agents: Iterable[Any], where: str) -> dict[str, Any]:
+    """`agents` by name; two different definitions under one name raise `DuplicateAgentError`
+    naming both (the same definition twice is one agent)."""
+    found: dict[str, Any] = {}
+    for agent in agents:
+        known = found.setdefault(agent.name, agent)
+        if known is not agent and fingerprint(known) != fingerprint(agent):
+            raise _clash(agent.name, known, agent, where)
+    return found
+
+
 def register(agent: Any) -> None:
     """Remember `agent` under its name, replacing an earlier agent with the same definition."""
     with _lock:
@@ -61,7 +92,8 @@ def resolve(name: str, fingerprint_: str | None = None, *, run_id: str | None = 
     """Return the agent registered as `name`, preferring one whose fingerprint matches.
 
     Raises `AgentNotFoundError` (naming the agent and the run) when no agent of that name was
-    ever created in this process.
+    ever created in this process, and `DuplicateAgentError` (naming both) when several different
+    definitions carry the name and none has the fingerprint asked for.
     """
     with _lock:
         candidates = list(_agents.get(name, []))
@@ -71,6 +103,10 @@ def resolve(name: str, fingerprint_: str | None = None, *, run_id: str | None = 
         for agent in reversed(candidates):
             if fingerprint(agent) == fingerprint_:
                 return agent
+    if len(candidates) > 1:
+        where = f"in this process (needed by run {run_id!r})" if run_id else "in this process"
+        raise _clash(name, candidates[-2], candidates[-1], where)
+    if fingerprint_ is not None:
         warnings.warn(
             f"Agent {name!r} changed since run {run_id or '?'} was logged (fingerprint "
             f"{fingerprint_} is now {fingerprint(candidates[-1])}); continuing with its current "

@@ -18,6 +18,7 @@ __all__ = [
     "DatabaseFaultError",
     "DatabaseUnavailableError",
     "DecisionConflictError",
+    "DuplicateAgentError",
     "DurableSwarmError",
     "MCPServerUnavailableError",
     "ModelCallError",
@@ -369,3 +370,15 @@ class BudgetExceededError(DurableSwarmError):
             message, limit=limit, allowed=allowed, reached=reached, run_id=run_id, agent=agent,
             model=model,
         )  # fmt: skip
+
+
+class DuplicateAgentError(DurableSwarmError, ValueError):
+    """Two different agent definitions share one name where a name must pick one agent: among a
+    run's agents (the starting agent, `agents=` and the agents its handoff rules name), or in this
+    process's registry when a run names the agent without a definition that matches."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {"message": self.message}

@@ -133,6 +133,26 @@ class RunState:
     """The tool list of each `ToolSource` (by name), as listed the first time the run met it."""
 
 
+def known_agents(agent: Any, agents: Sequence[Any] = (), after_work: Any = None) -> dict[str, Any]:
+    """A run's agents by name: the starting agent, `agents`, the after-work agent and every agent
+    their handoff rules name, transitively. Two different definitions under one name raise
+    `DuplicateAgentError` naming both, before the run does anything."""
+    seen: set[int] = set()
+    found: list[Any] = []
+    todo = [agent, *agents, after_work]
+    while todo:
+        item = todo.pop(0)
+        if isinstance(item, AfterWork):
+            item = item.agent
+        if not is_agent(item) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        found.append(item)
+        for rule in getattr(item, "handoffs", None) or []:
+            todo.append(rule.agent if isinstance(rule, AfterWork) else rule.target)
+    return _registry.unique_by_name(found, "in this run")
+
+
 def _rules(agent: Any, kind: type) -> list[Any]:
     return [h for h in getattr(agent, "handoffs", None) or [] if isinstance(h, kind)]
 
@@ -337,13 +357,14 @@ def turn_loop(
     `max_turns` counts the messages this run appends (Swarm's behaviour, which evals rely on).
     Several tool calls in one message run in order; the last handoff wins. `after_work` is the
     swarm-level after-work for agents without their own; `agents` name the agents that string
-    targets may refer to (others are found in the registry).
+    targets may refer to, with the agents the handoff rules name (others are found in the
+    registry); two different agents under one name raise `DuplicateAgentError`.
     """
     state = RunState(
         agent,
         copy.deepcopy(list(messages)),
         copy.deepcopy(context_variables or {}),
-        {a.name: a for a in agents},
+        known_agents(agent, agents, after_work),
     )
     init_len = len(state.history)
     while len(state.history) - init_len < max_turns and state.agent:

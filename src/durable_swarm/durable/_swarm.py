@@ -16,6 +16,7 @@ from dbos import DBOS, SetWorkflowID
 from .. import tracing
 from .._aio import in_event_loop, off_event_loop
 from ..errors import AgentNotFoundError, DurableSwarmError
+from ..loop import known_agents
 from ..swarm import default_model
 from ..types import Agent, Response
 from ..usage import Budget, Prices, Tally, check_budget, check_prices
@@ -327,6 +328,7 @@ class DurableSwarm:
                 "`messages` must be a list of message dicts like "
                 '{"role": "user", "content": "..."}; nothing was started.'
             )
+        known_agents(agent, agents, after_work)  # one name, one agent: checked before storing
         effective = check_budget(budget) or self.budget
         self.launch()
         run_id = run_id or str(uuid.uuid4())
