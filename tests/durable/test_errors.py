@@ -46,6 +46,7 @@ SAMPLES = [
         at="2026-01-01T00:00:00+00:00",
         attempted="reject",
     ),
+    errors.DuplicateAgentError("two agents named x"),
 ]
 
 
