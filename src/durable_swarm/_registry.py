@@ -22,6 +22,9 @@ from .errors import AgentNotFoundError, DuplicateAgentError
 
 _lock = threading.Lock()
 _agents: dict[str, list[Any]] = {}
+# Functions a run's log may name (a swarm-level after-work that chooses the next agent, a handoff
+# rule's target): only those this process met itself, never imported from a name in the log.
+_functions: dict[str, Any] = {}
 
 
 def _callable_name(obj: Any) -> str:
@@ -80,8 +83,49 @@ def unique_by_name(agents: Iterable[Any], where: str) -> dict[str, Any]:
     return found
 
 
+def function_name(func: Any) -> str | None:
+    """How the log names a module-level function (`module:qualname`); None for anything else."""
+    module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", "")
+    if callable(func) and module and qualname and "<" not in qualname:
+        return f"{module}:{qualname}"
+    return None
+
+
+def register_function(func: Any) -> str | None:
+    """Remember a module-level function under `function_name(func)` (returned), so a run's log can
+    name it; None (nothing remembered) for a lambda, a nested function or another callable."""
+    name = function_name(func)
+    if name is not None:
+        with _lock:
+            _functions[name] = func
+    return name
+
+
+def resolve_function(name: str, *, run_id: str | None = None) -> Any:
+    """The function registered as `name`. Nothing is imported: a name this process never
+    registered raises `AgentNotFoundError` (the run waits) with a message naming it."""
+    with _lock:
+        func = _functions.get(name)
+    if func is None:
+        where = f" by run {run_id!r}" if run_id else ""
+        raise AgentNotFoundError(
+            name,
+            run_id=run_id,
+            message=f"The function {name!r} is needed{where} but this process has not registered "
+            "it, and names from a run's log are never imported. Define the agent whose handoff "
+            "rule uses it, or start a run with after_work= set to it, in this process; the run "
+            "waits and loses nothing until then.",
+        )
+    return func
+
+
 def register(agent: Any) -> None:
-    """Remember `agent` under its name, replacing an earlier agent with the same definition."""
+    """Remember `agent` under its name, replacing an earlier agent with the same definition, and
+    the functions its handoff rules name (see `register_function`)."""
+    for rule in getattr(agent, "handoffs", None) or []:
+        target = getattr(rule, "agent", None) or getattr(rule, "target", None)
+        if callable(target):
+            register_function(target)
     with _lock:
         mine = fingerprint(agent)
         others = [a for a in _agents.get(agent.name, []) if fingerprint(a) != mine]

@@ -85,6 +85,7 @@ class Agent(BaseModel):
         conditions, after_work = split_handoffs(hand_to)
         kept = [h for h in self.handoffs if not (after_work and isinstance(h, AfterWork))]
         self.handoffs = [*kept, *conditions, *([after_work] if after_work else [])]
+        _registry.register(self)  # the functions the new rules name
 
     def as_tool(self, name: str | None = None, description: str | None = None) -> Any:
         """This agent as a tool for another agent: `delegate_to_<name>(task)` runs it on the

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import importlib
 import inspect
 import json
 import logging
@@ -143,15 +142,23 @@ class RunHost:
         is checked for cancellation every few seconds, and handed back to its queue every
         `HAND_BACK_SECONDS`, so a process that has the agent can take it and finish it.
         """
+        name = ref["name"]
+        agent = await self.await_known(run_id, lambda: self.lookup(run_id, ref), f'agent "{name}"')
+        self.remember(run_id, agent)
+        return agent
+
+    async def await_known(self, run_id: str, lookup: Callable[[], Any], what: str) -> Any:
+        """`lookup()`, retried as `await_agent` waits while it raises `AgentNotFoundError`, until
+        this process knows `what` it names (an agent, or a function of a handoff rule)."""
         since = checked = time.monotonic()
         noticed = False
         while True:
             try:
-                agent = self.lookup(run_id, ref)
+                found = lookup()
             except AgentNotFoundError as e:
                 if not noticed:
                     noticed = True
-                    await asyncio.to_thread(self._notice, run_id, ref["name"], e)
+                    await asyncio.to_thread(self._notice, run_id, what, e)
                 now = time.monotonic()
                 if now - checked >= CHECK_SECONDS:  # a cancelled run must free its slot
                     checked = now
@@ -164,13 +171,12 @@ class RunHost:
                 await asyncio.sleep(0.2)
                 continue
             self.problems.pop(run_id, None)
-            self.remember(run_id, agent)
-            return agent
+            return found
 
-    def _notice(self, run_id: str, name: str, error: AgentNotFoundError) -> None:
-        """Tell the log and every reader of the run that it waits for agent `name`."""
+    def _notice(self, run_id: str, what: str, error: AgentNotFoundError) -> None:
+        """Tell the log and every reader of the run that it waits for `what` (an agent)."""
         notice = (
-            f'waiting for agent "{name}": import it in a worker (or the process that runs '
+            f"waiting for {what}: import it in a worker (or the process that runs "
             f"this run); the run stays pending and loses nothing. ({error})"
         )
         logger.warning("Run %s is %s", run_id, notice)
@@ -624,8 +630,8 @@ async def sync_step(
 
 
 def encode_target(target: Any) -> dict[str, Any] | None:
-    """A handoff target as JSON: an agent (name + fingerprint), an agent name, an option, or an
-    importable callable."""
+    """A handoff target as JSON: an agent (name + fingerprint), an agent name, an option, or a
+    module-level function (by name, registered in this process: see `_registry.function_name`)."""
     if target is None:
         return None
     if isinstance(target, AfterWork):
@@ -636,9 +642,9 @@ def encode_target(target: Any) -> dict[str, Any] | None:
         return {"option": target.value}
     if isinstance(target, str):
         return {"name": target}
-    module, qualname = getattr(target, "__module__", None), getattr(target, "__qualname__", "")
-    if callable(target) and module and "<" not in qualname:
-        return {"callable": f"{module}:{qualname}"}
+    name = _registry.register_function(target)
+    if name is not None:
+        return {"callable": name}
     raise DurableSwarmError(
         f"Cannot record handoff target {target!r} in a durable run: use an agent, an agent "
         "name, an AfterWorkOption, or a module-level function."
@@ -651,12 +657,11 @@ async def decode_target(run_id: str, data: dict[str, Any] | None) -> Any:
         return None
     if "option" in data:
         return AfterWorkOption(data["option"])
-    if "callable" in data:
-        module, _, qualname = data["callable"].partition(":")
-        target: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            target = getattr(target, part)
-        return target
+    if "callable" in data:  # only a function this process registered: the log never imports
+        name = str(data["callable"])
+        return await HOST.await_known(
+            run_id, lambda: _registry.resolve_function(name, run_id=run_id), f'function "{name}"'
+        )
     return await HOST.await_agent(run_id, data)
 
 
