@@ -23,6 +23,7 @@ __all__ = [
     "MCPServerUnavailableError",
     "ModelCallError",
     "ModelResponseError",
+    "NonJsonValueError",
     "RunError",
     "RunNotFoundError",
     "SkillCompositionError",
@@ -382,3 +383,24 @@ class DuplicateAgentError(DurableSwarmError, ValueError):
 
     def _kwargs(self) -> dict[str, Any]:
         return {"message": self.message}
+
+
+class NonJsonValueError(DurableSwarmError, TypeError):
+    """A run's input holds a value a durable run cannot store (not JSON, or too large): `where`
+    is the argument (`messages` or `context_variables`), `problem` names the key and the value.
+    Nothing was stored."""
+
+    where: str
+    problem: str
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(
+            f"Cannot start a durable run: {problem}. A durable run stores only JSON (str, finite "
+            "numbers, bools, None, lists, dicts with str keys): convert the value (a datetime to "
+            "an ISO string, a set to a list, bytes to text) or leave it out. Nothing was stored.",
+            where=where,
+            problem=problem,
+        )
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {"where": self.where, "problem": self.problem}

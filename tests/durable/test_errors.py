@@ -47,6 +47,7 @@ SAMPLES = [
         attempted="reject",
     ),
     errors.DuplicateAgentError("two agents named x"),
+    errors.NonJsonValueError("context_variables", "context_variables['x'] is a set"),
 ]
 
 

@@ -376,9 +376,9 @@ def cmd_resume(args: argparse.Namespace, style: Style) -> int:
             "budget": budget.to_json() if budget is not None else None,
         },
         [
-            f"{style.paint('✓', 'green')} Run {clean(args.run_id)} ({info.status}) is queued to go on "
-            f"{where}{limits}; finished steps are not run again. A worker with its agents picks "
-            "it up: your app, when it runs on this database."
+            f"{style.paint('✓', 'green')} Run {clean(args.run_id)} ({info.status}) is queued to "
+            f"go on {where}{limits}; finished steps are not run again. A worker with its agents "
+            "picks it up: your app, when it runs on this database."
         ],
     )
     return 0

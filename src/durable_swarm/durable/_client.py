@@ -27,6 +27,7 @@ from ._database import display_url, is_postgres, resolve_database_url, sqlite_pa
 from ._listing import PendingApproval
 from ._runs import RunInfo
 from ._serializer import JsonSerializer, naming_run
+from ._values import check_input
 from ._workflow import EVENTS_STREAM, WORKFLOW_NAME
 
 __all__ = ["DEFAULT_QUEUE", "ClientRunHandle", "DurableClient"]
@@ -203,6 +204,7 @@ class DurableClient:
                 "`messages` must be a list of message dicts like "
                 '{"role": "user", "content": "..."}; nothing was started.'
             )
+        check_input(messages, context_variables)  # JSON only, before anything is stored
         spec = {
             "agent": {"name": agent, "fingerprint": None},
             "messages": copy.deepcopy(messages),

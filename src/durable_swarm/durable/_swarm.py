@@ -28,6 +28,7 @@ from ._listing import PendingApproval
 from ._ownership import timing
 from ._runs import RunInfo, read_run
 from ._serializer import naming_run
+from ._values import DEFAULT_MAX_RESULT_CHARS, check_input
 from ._workflow import (
     EVENTS_STREAM,
     HOST,
@@ -256,6 +257,12 @@ class DurableSwarm:
         prices: your models' prices in USD per million tokens, e.g. `{"my-model": {"input":
             0.2, "output": 0.6}}`; they take precedence over the public price table and are
             stored with each run, so its cost is the same wherever it resumes.
+        max_result_chars: the longest tool result (and input message) a run stores; a longer
+            tool result reaches the model as an error instead (default 4,000,000 characters).
+
+    Runs store only JSON: a run's input that is not JSON raises `NonJsonValueError` naming the
+    key, before anything is stored; a tool whose result cannot be stored answers the model with
+    an error naming the key, and its changes to `context_variables` are dropped.
 
     DBOS is launched lazily, once per process, at the first call that needs it; pending runs of
     the database are recovered then. If the app launched DBOS itself, its DBOS is used.
@@ -274,7 +281,13 @@ class DurableSwarm:
         dead_after: float | None = None,
         budget: Budget | None = None,
         prices: Prices | None = None,
+        max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
     ) -> None:
+        if isinstance(max_result_chars, bool) or not isinstance(max_result_chars, int):
+            raise TypeError(f"max_result_chars must be an int, got {max_result_chars!r}")
+        if max_result_chars < 1:
+            raise ValueError(f"max_result_chars must be at least 1, got {max_result_chars}")
+        self.max_result_chars = max_result_chars
         self.client = client
         self.model = default_model(model)
         if not isinstance(model_retries, int) or model_retries < 0:
@@ -328,6 +341,7 @@ class DurableSwarm:
                 "`messages` must be a list of message dicts like "
                 '{"role": "user", "content": "..."}; nothing was started.'
             )
+        check_input(messages, context_variables, self.max_result_chars)  # JSON, before storing
         known_agents(agent, agents, after_work)  # one name, one agent: checked before storing
         effective = check_budget(budget) or self.budget
         self.launch()
@@ -350,6 +364,7 @@ class DurableSwarm:
             "agents": [agent_ref(a) for a in agents],
             "budget": effective.to_json() if effective is not None else None,
             "prices": self.prices,
+            "max_result_chars": self.max_result_chars,
         }
         return run_id, spec
 

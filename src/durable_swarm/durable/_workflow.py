@@ -59,6 +59,7 @@ from ._database import describe_fault, display_url
 from ._dbos import tool_executor
 from ._failures import DEFAULT_MODEL_RETRIES, model_failure, without_retries
 from ._notices import Notices
+from ._values import DEFAULT_MAX_RESULT_CHARS, json_problem
 
 logger = logging.getLogger("durable_swarm")
 # One line per run event (a worker prints them; elsewhere they are INFO records of this logger).
@@ -298,6 +299,18 @@ def user_code_failed(error: BaseException, run_id: str, what: str) -> DurableSwa
     )
 
 
+def _restored(before: dict[str, str]) -> dict[str, Any]:
+    """The context a `context_snapshot` was taken of (its JSON values; a run's context holds no
+    others, since every value is checked where it enters)."""
+    restored = {}
+    for key, text in before.items():
+        try:
+            restored[key] = json.loads(text)
+        except ValueError:
+            continue
+    return restored
+
+
 def _check_json(tool: str, run_id: str, payload: dict[str, Any]) -> None:
     try:
         json.dumps(payload, allow_nan=False)
@@ -321,6 +334,7 @@ class DurableRuntime:
         budget: Budget | None = None,
         prices: dict[str, dict[str, float]] | None = None,
         trace: tracing.Run | None = None,
+        max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
     ) -> None:
         self.run_id = run_id
         self.stream = stream
@@ -329,6 +343,7 @@ class DurableRuntime:
         self.prices = prices or {}
         self.tally = Tally()
         self.trace = trace  # this execution's run span (ended by `adrive`)
+        self.max_result_chars = max_result_chars
         # id(call) -> child handle or error message; calls live in the history, so ids stay unique
         self._children: dict[int, Any] = {}
         self._child_count = 0
@@ -518,6 +533,13 @@ class DurableRuntime:
         function = effect.function
 
         def payload_of(outcome: ToolOutcome, before: dict[str, str]) -> dict[str, Any]:
+            refusal = self._refusal(name, outcome)
+            if refusal is not None:  # the model reads why; the context is as it was before
+                logger.warning("Run %s: %s", self.run_id, refusal)
+                return {
+                    "message": {**outcome.message, "content": refusal},
+                    "context_variables": _restored(before),
+                }
             if is_agent(outcome.agent):
                 HOST.remember(self.run_id, outcome.agent)
             payload: dict[str, Any] = {"message": outcome.message}
@@ -572,6 +594,25 @@ class DurableRuntime:
         target = await decode_target(self.run_id, output.get("handoff"))
         context = context_after(effect.context_variables, output)
         return ToolOutcome(output["message"], context, target, output.get("ask"))
+
+    def _refusal(self, name: str, outcome: ToolOutcome) -> str | None:
+        """Why `outcome` cannot be stored (its context is not JSON, its result is too long), as
+        the error observation the model reads instead; None when it can."""
+        content = outcome.message.get("content")
+        problem = json_problem(outcome.context_variables, "context_variables")
+        if problem is not None:
+            return (
+                f"Error: tool {name} left a value in context_variables that cannot be stored: "
+                f"{problem}. Its changes to the context were dropped; store JSON values only "
+                "(str, finite numbers, bools, None, lists, dicts with str keys)."
+            )
+        if isinstance(content, str) and len(content) > self.max_result_chars:
+            return (
+                f"Error: tool {name} returned {len(content)} characters, over the "
+                f"{self.max_result_chars}-character limit of a stored result; ask it for less "
+                "(a narrower query, a smaller page)."
+            )
+        return None
 
     async def _start_children(self, effect: ToolCall) -> None:
         """Start, in call order, every sub-agent of the message not started yet (fan-out)."""
@@ -723,7 +764,10 @@ async def _run(run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
         agent.name, run_id=run_id, traceparent=spec.get("traceparent")
     )
     retries = spec.get("model_retries", DEFAULT_MODEL_RETRIES)
-    runtime = DurableRuntime(run_id, bool(spec.get("stream")), retries, budget, prices, trace)
+    limit = spec.get("max_result_chars") or DEFAULT_MAX_RESULT_CHARS
+    runtime = DurableRuntime(
+        run_id, bool(spec.get("stream")), retries, budget, prices, trace, limit
+    )
     try:
         response = await adrive(loop, runtime)
     finally:
