@@ -4,11 +4,14 @@ Each stored payload is `{"schema_version": N, "value": ...}` so the log can be r
 web view and SQL, and reading it can never execute code. Exceptions are stored as their type name,
 message and (for this library's own errors) their fields; only this library's error classes are
 rebuilt on reading, anything else comes back as `RunError` carrying the original type name.
+An error is stored under the marker key `__error__`; a user's dict key that looks like the marker
+is escaped (one more leading underscore) so that no user value is ever read back as an error.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date, datetime
@@ -24,11 +27,27 @@ SCHEMA_VERSION = 1
 __all__ = ["SCHEMA_VERSION", "JsonSerializer", "RunError", "naming_run"]
 
 
+# The internal marker of a stored error. A user's key that looks like it (`__error__`, or it with
+# more leading underscores) is stored with one more leading underscore and loses it on reading,
+# so no user value can be mistaken for an error, and every key comes back as it was.
+_ERROR = "__error__"
+_LOOKS_LIKE_MARKER = re.compile(r"_*__error__")
+
+
+def _escape(key: Any) -> str:
+    key = str(key)
+    return "_" + key if _LOOKS_LIKE_MARKER.fullmatch(key) else key
+
+
+def _unescape(key: str) -> str:
+    return key[1:] if key != _ERROR and _LOOKS_LIKE_MARKER.fullmatch(key) else key
+
+
 def _encode(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, dict):
-        return {str(k): _encode(v) for k, v in value.items()}
+        return {_escape(k): _encode(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_encode(v) for v in value]
     if isinstance(value, BaseException):
@@ -38,7 +57,7 @@ def _encode(value: Any) -> Any:
         if isinstance(causes, list) and causes and isinstance(causes[-1], BaseException):
             message += f" (last error: {type(causes[-1]).__name__}: {causes[-1]})"
         return {
-            "__error__": {
+            _ERROR: {
                 "type": f"{type(value).__module__}.{type(value).__qualname__}",
                 "message": message,
                 "fields": _encode(fields),
@@ -55,7 +74,9 @@ def _encode(value: Any) -> Any:
     )
 
 
-def _decode_error(data: dict[str, Any]) -> BaseException:
+def _decode_error(data: Any) -> BaseException:
+    if not isinstance(data, dict):
+        return RunError(f"a malformed error record: {data!r:.200}", error_type="Exception")
     type_name = str(data.get("type", "Exception"))
     module, _, name = type_name.rpartition(".")
     cls = getattr(errors, name, None) if module.startswith("durable_swarm") else None
@@ -83,9 +104,9 @@ def _decode(value: Any) -> Any:
     if isinstance(value, list):
         return [_decode(v) for v in value]
     if isinstance(value, dict):
-        if set(value) == {"__error__"}:
-            return _decode_error(value["__error__"])
-        return {k: _decode(v) for k, v in value.items()}
+        if set(value) == {_ERROR}:
+            return _decode_error(value[_ERROR])
+        return {_unescape(k): _decode(v) for k, v in value.items()}
     return value
 
 
