@@ -25,7 +25,7 @@ from . import _dbos
 from ._control import ClientSource, RunControl
 from ._database import display_url, is_postgres, resolve_database_url, sqlite_path
 from ._listing import PendingApproval
-from ._runs import RunInfo
+from ._runs import RunInfo, restore_contents, step_outputs
 from ._serializer import JsonSerializer, naming_run
 from ._values import check_input
 from ._workflow import EVENTS_STREAM, WORKFLOW_NAME
@@ -101,8 +101,11 @@ class ClientRunHandle:
             handle: Any = self._client._dbos.retrieve_workflow(self.run_id)
             output = handle.get_result(polling_interval_sec=self._client.poll_interval)
         ref = output.get("agent") or {}
+        source = self._client._dbos
         return Response(
-            messages=output.get("messages") or [],
+            messages=restore_contents(
+                list(output.get("messages") or []), lambda: step_outputs(source, self.run_id)
+            ),
             agent=ref.get("name"),
             context_variables=output.get("context_variables") or {},
         )

@@ -6,6 +6,7 @@ any process on the same database, including one that has none of the agents' cod
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -14,13 +15,15 @@ from dbos import DBOS
 
 from ..errors import RunNotFoundError
 from ..usage import Tally, Usage
-from ._workflow import WAITING_EVENT, WORKFLOW_NAME, context_after
+from ._workflow import IN_STEP, WAITING_EVENT, WORKFLOW_NAME, context_after
 
 __all__ = [
     "RunInfo",
     "StepRecord",
     "read_run",
+    "restore_contents",
     "run_status",
+    "step_outputs",
     "step_record",
     "summarize",
     "tally_steps",
@@ -209,6 +212,32 @@ def step_record(step: Any) -> StepRecord:
     )
 
 
+def restore_contents(
+    messages: list[dict[str, Any]], steps: Callable[[], Iterable[tuple[int, Any]]]
+) -> list[dict[str, Any]]:
+    """`messages` from a run's result with each tool message's content taken back from the step
+    that stored it (`steps()` gives `(step number, output)`, read only when needed)."""
+    if not any(isinstance(m, dict) and IN_STEP in m for m in messages):
+        return messages
+    outputs = dict(steps())
+    restored = []
+    for message in messages:
+        step = message.get(IN_STEP) if isinstance(message, dict) else None
+        if step is not None and message.get("role") == "tool":
+            output = outputs.get(step)
+            stored = output.get("message") if isinstance(output, dict) else None
+            content = stored.get("content") if isinstance(stored, dict) else None
+            message = {k: v for k, v in message.items() if k != IN_STEP}
+            message["content"] = content
+        restored.append(message)
+    return restored
+
+
+def step_outputs(source: Any, run_id: str) -> list[tuple[int, Any]]:
+    """`(step number, output)` of every step of a run, from DBOS or a thin client's source."""
+    return [(s["function_id"], s["output"]) for s in source.list_workflow_steps(run_id)]
+
+
 def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
     """The whole run: status plus the messages, context and agent rebuilt from its steps.
 
@@ -246,7 +275,10 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
                 info.decisions.append(out)
     output = status.output if isinstance(status.output, dict) else None
     if output is not None:
-        messages = list(spec.get("messages") or []) + list(output.get("messages") or [])
+        stored = restore_contents(
+            list(output.get("messages") or []), lambda: [(s.step, s.output) for s in info.steps]
+        )
+        messages = list(spec.get("messages") or []) + stored
         context = output.get("context_variables") or {}
         agent = (output.get("agent") or {}).get("name", agent)
     info.messages, info.context_variables, info.agent = messages, context, agent

@@ -26,7 +26,7 @@ from ._database import resolve_database_url
 from ._failures import DEFAULT_MODEL_RETRIES
 from ._listing import PendingApproval
 from ._ownership import timing
-from ._runs import RunInfo, read_run
+from ._runs import RunInfo, read_run, restore_contents, step_outputs
 from ._serializer import naming_run
 from ._values import DEFAULT_MAX_RESULT_CHARS, check_input
 from ._workflow import (
@@ -47,7 +47,8 @@ logger = logging.getLogger("durable_swarm")
 
 
 def _response(run_id: str, output: dict[str, Any]) -> Response:
-    """A run's stored result as a `Response`; the agent is the live object when there is one."""
+    """A run's stored result as a `Response`; the agent is the live object when there is one, and
+    long tool results are read back from the steps that store them."""
     ref = output.get("agent")
     agent: Any = None
     if ref:
@@ -56,8 +57,11 @@ def _response(run_id: str, output: dict[str, Any]) -> Response:
         except AgentNotFoundError:
             agent = ref["name"]
     tally = Tally.from_json(output.get("usage"))
+    messages = restore_contents(
+        list(output.get("messages") or []), lambda: step_outputs(DBOS, run_id)
+    )
     return Response(
-        messages=output.get("messages") or [],
+        messages=messages,
         agent=agent,
         context_variables=output.get("context_variables") or {},
         usage=tally.total,

@@ -70,6 +70,10 @@ WORKFLOW_NAME = "durable_swarm.run"
 EVENTS_STREAM = "events"
 WAITING_EVENT = "waiting_for"
 BUDGET_TOPIC = "budget"  # messages raising a run's budget (see `DurableRuntime._check_budget`)
+# A tool result longer than this is stored once, in its step's output: the run's result keeps
+# `{"role": "tool", ..., "content": None, IN_STEP: step}` (see `_runs.restore_contents`).
+IN_STEP = "content_in_step"
+INLINE_CHARS = 1000
 # A wait re-arms after this long; it may go on for as long as it takes.
 WAIT_SECONDS = 7 * 24 * 3600.0
 JOIN_POLL_SECONDS = 0.1
@@ -348,6 +352,8 @@ class DurableRuntime:
         self._children: dict[int, Any] = {}
         self._child_count = 0
         self._waits = 0  # numbers this run's waits (the same again on replay)
+        # id(tool message) -> (the message, the step storing it): kept alive, so ids stay unique
+        self._stored: dict[int, tuple[dict[str, Any], int]] = {}
 
     async def _check_budget(self, effect: ModelCall) -> None:
         """Stop the run before this model call if its budget is spent.
@@ -542,7 +548,7 @@ class DurableRuntime:
                 }
             if is_agent(outcome.agent):
                 HOST.remember(self.run_id, outcome.agent)
-            payload: dict[str, Any] = {"message": outcome.message}
+            payload: dict[str, Any] = {"step": DBOS.step_id, "message": outcome.message}
             if changes := context_changes(before, outcome.context_variables):
                 payload["context_changes"] = changes
             if (handoff := encode_target(outcome.agent)) is not None:
@@ -593,7 +599,21 @@ class DurableRuntime:
             output = await sync_step(options, sync_tool_step, tool_executor())
         target = await decode_target(self.run_id, output.get("handoff"))
         context = context_after(effect.context_variables, output)
+        if isinstance(output.get("step"), int):
+            self._stored[id(output["message"])] = (output["message"], output["step"])
         return ToolOutcome(output["message"], context, target, output.get("ask"))
+
+    def compact(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`messages` for the run's result, with each long tool result left in the step output
+        that already stores it (the result names the step instead), so it is stored once."""
+        compacted = []
+        for message in messages:
+            kept, step = self._stored.get(id(message), (None, None))
+            content = message.get("content")
+            if kept is message and isinstance(content, str) and len(content) > INLINE_CHARS:
+                message = {**message, "content": None, IN_STEP: step}
+            compacted.append(message)
+        return compacted
 
     def _refusal(self, name: str, outcome: ToolOutcome) -> str | None:
         """Why `outcome` cannot be stored (its context is not JSON, its result is too long), as
@@ -774,7 +794,7 @@ async def _run(run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
         if spec.get("stream"):
             await DBOS.close_stream_async(EVENTS_STREAM)
     return {
-        "messages": response.messages,
+        "messages": runtime.compact(response.messages),
         "agent": agent_ref(response.agent) if response.agent is not None else None,
         "context_variables": response.context_variables,
         "usage": runtime.tally.to_json(),
