@@ -548,7 +548,10 @@ class DurableRuntime:
                 }
             if is_agent(outcome.agent):
                 HOST.remember(self.run_id, outcome.agent)
-            payload: dict[str, Any] = {"step": DBOS.step_id, "message": outcome.message}
+            payload: dict[str, Any] = {"message": outcome.message}
+            content = outcome.message.get("content")
+            if isinstance(content, str) and len(content) > INLINE_CHARS:
+                payload["step"] = DBOS.step_id  # the run's result names this step (`compact`)
             if changes := context_changes(before, outcome.context_variables):
                 payload["context_changes"] = changes
             if (handoff := encode_target(outcome.agent)) is not None:
