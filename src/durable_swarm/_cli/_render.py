@@ -195,7 +195,7 @@ def summary_lines(info: RunInfo, style: Style) -> list[str]:
         lines.append(f"{label('cost')}{cost_text(info.cost_usd)}" + _cost_note(info))
     if len(info.usage_by_agent) > 1:
         shares = ", ".join(
-            f"{name} {u.total_tokens} tokens {cost_text(u.cost_usd)}"
+            f"{clean(name)} {u.total_tokens} tokens {cost_text(u.cost_usd)}"
             for name, u in info.usage_by_agent.items()
         )
         lines.append(f"{label('by agent')}{shares}")
