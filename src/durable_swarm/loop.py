@@ -9,9 +9,11 @@ driver, which performs it through a runtime and sends the result back:
 - `Transition`: a record of a handoff (which rule fired, from which agent to which, and why);
 - `ListTools`: the tool list of a `ToolSource` (an MCP server), asked once per run and kept.
 
-The loop itself does no I/O, reads no clock and no randomness, so the in-memory runtime (`Swarm`)
-and the durable one (`DurableSwarm`, where each effect is a DBOS step or a durable wait) cannot
-drift apart: replaying the recorded outputs through the same loop rebuilds the same state.
+The loop performs no effect itself and draws no randomness; what it decides depends only on the
+run's input and the results sent back (the one clock it reads is the timestamp of Swarm's debug
+lines, printed with `debug=True`, which decides nothing). So the in-memory runtime (`Swarm`) and
+the durable one (`DurableSwarm`, where each effect is a DBOS step or a durable wait) cannot drift
+apart: replaying the recorded outputs through the same loop rebuilds the same state.
 
 Each turn: context conditions, then the model's reply and its tool calls (a function returning an
 agent, or an `OnCondition` transfer), else the agent's after-work, else the swarm's after-work;

@@ -88,7 +88,9 @@ class ToolSpec:
     Attributes:
         name: the name offered to the model (default: the function's `__name__`).
         description: the description offered to the model (default: the docstring).
-        timeout: seconds a call may take before it becomes an error message for the model.
+        timeout: seconds one attempt may take; then the model gets an error message as the
+            tool's result (a timed-out call is not retried). The call is not stopped: a sync
+            tool goes on in its thread until it returns, and its result is dropped.
         retries: how many more times a call that raised is tried before it becomes an error.
         needs_approval: the run pauses before each call until a person approves or rejects it.
         delegate: an agent this tool hands a task to as a sub-agent (see `Agent.as_tool`): it

@@ -1,5 +1,5 @@
 """Child processes for the tests that kill processes: the client of the fork server
-(`zygote.py`), the children it forks, a group of them per test, and `wait_for`.
+(`zygote.py`), the children it forks and a group of them per test (`wait_for` is in `wait.py`).
 
 A test directory subclasses `Child` for what its own `_child.run(config)` leaves behind (results,
 stream events, waits...) and wraps `children()` / `wait_for` with its own names.
@@ -12,49 +12,14 @@ import os
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
+
+from .wait import TIMEOUT, scaled, wait_for
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
-TIMEOUT = 90.0  # generous: the machine is small and shared
-
-
-class Process(Protocol):
-    name: str
-
-    def poll(self) -> int | None: ...
-
-    def output(self) -> str: ...
-
-
-def wait_for(
-    condition: Callable[[], Any],
-    what: str,
-    *,
-    timeout: float = TIMEOUT,
-    processes: Iterable[Process] = (),
-    interval: float = 0.02,
-) -> Any:
-    """Poll `condition` until it is truthy; fail early, with its output, if one of `processes`
-    exits meanwhile."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        for process in processes:
-            code = process.poll()
-            if code is not None:
-                raise AssertionError(
-                    f"{process.name} exited ({code}) while waiting for {what}:\n"
-                    f"{process.output()[-6000:]}"
-                )
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 class Zygote:
@@ -95,7 +60,7 @@ class Zygote:
         if self.proc.stdin is not None:
             self.proc.stdin.close()  # it kills its remaining children and exits
         try:
-            self.proc.wait(timeout=TIMEOUT)
+            self.proc.wait(timeout=scaled(TIMEOUT))
         finally:
             if self.proc.stdout is not None:
                 self.proc.stdout.close()

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from _support.wait import wait_for
 from durable_swarm import Agent, Result, Skill, Swarm
 from durable_swarm.loop import RunState, build_request
 from durable_swarm.planning import (
@@ -362,10 +362,11 @@ def test_plan_then_execute_durably(durable_swarm_factory, run_id, work_dir):
     swarm = durable_swarm_factory(client)
 
     handle = swarm.start(planner, TASK, run_id=run_id)
-    deadline = time.monotonic() + 60
-    while (waiting := swarm.get_run(run_id)).status != "waiting_for_input":
-        assert time.monotonic() < deadline, f"the run never asked the person: {waiting.status}"
-        time.sleep(0.05)
+    waiting = wait_for(
+        lambda: (info := swarm.get_run(run_id)).status == "waiting_for_input" and info,
+        "the run to ask the person",
+        timeout=60,
+    )
 
     # mid-run, the plan and its progress are in the run's context
     assert waiting.waiting_for is not None and waiting.waiting_for["prompt"] == QUESTION

@@ -6,11 +6,11 @@ Durable tests run on SQLite and on PostgreSQL (the `backend` fixture of `tests/d
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
 
+from _support.wait import wait_for
 from durable_swarm import Agent, DurableSwarmError, RunNotFoundError, Swarm, ask_user
 from durable_swarm.testing import (
     AsyncScriptedClient,
@@ -35,17 +35,6 @@ from ._fanout import (
     fetch_log,
     worker_answer,
 )
-
-POLL_TIMEOUT = 60.0
-
-
-def wait_for(condition: Any, what: str, timeout: float = POLL_TIMEOUT) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
-    return value
 
 
 def tool_contents(messages: list[dict[str, Any]]) -> list[str]:

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -27,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from _support.wait import wait_for as support_wait_for
 from durable_swarm.testing import FakeOpenAIServer, Fault, Reply
 
 from . import _fanout
@@ -107,17 +107,13 @@ class Process:
     def output(self) -> str:
         return self.log_path.read_text()[-6000:] if self.log_path.exists() else ""
 
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
 
 def wait_for(condition: Callable[[], Any], what: str, process: Process) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        if process.proc.poll() is not None:
-            raise AssertionError(
-                f"{process.name} exited while waiting for {what}:\n{process.output()}"
-            )
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}:\n{process.output()}")
-        time.sleep(0.05)
+    """Poll `condition`; fail early if `process` exits meanwhile."""
+    support_wait_for(condition, what, timeout=TIMEOUT, processes=[process])
 
 
 @contextmanager

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+from _support.wait import wait_for
 from durable_swarm import DurableSwarm, RunNotFoundError
 
 TIMEOUT = 60.0
@@ -15,14 +15,13 @@ def wait_status(
 ) -> Any:
     """Poll `get_run(run_id)` until its status is one of `statuses` (with at least `messages`
     messages); return that `RunInfo`. Fails at once if the run ends in another status."""
-    deadline = time.monotonic() + timeout
-    info: Any = None
-    while time.monotonic() < deadline:
+    seen: list[Any] = [None]
+
+    def reached() -> Any:
         try:
-            info = swarm.get_run(run_id)
+            info = seen[0] = swarm.get_run(run_id)
         except RunNotFoundError:
-            time.sleep(0.02)
-            continue
+            return None
         if info.status in statuses and len(info.messages) >= messages:
             return info
         if info.status in ("succeeded", "failed", "cancelled"):
@@ -30,6 +29,11 @@ def wait_status(
                 f"run {run_id} ended {info.status} (error: {info.error}) while waiting for "
                 f"{statuses}"
             )
-        time.sleep(0.02)
-    last = None if info is None else (info.status, info.waiting_for, info.problem)
-    raise AssertionError(f"run {run_id} not {statuses} after {timeout} s (last: {last})")
+        return None
+
+    try:
+        return wait_for(reached, f"run {run_id} to be {statuses}", timeout=timeout)
+    except AssertionError as e:
+        info = seen[0]
+        last = None if info is None else (info.status, info.waiting_for, info.problem)
+        raise AssertionError(f"{e} (last: {last})") from None

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import openai
 import pytest
 
 import durable_swarm.testing
+from _support.wait import wait_for
 from durable_swarm.testing import FakeOpenAIServer
 
 SRC = Path(durable_swarm.testing.__file__).resolve().parents[2]
@@ -28,12 +28,8 @@ def _env(*paths: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path}
 
 
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+def _wait_for(condition: Callable[[], bool], what: str) -> None:
+    wait_for(condition, what, timeout=15.0)
 
 
 @pytest.fixture

@@ -251,7 +251,9 @@ class DurableSwarm:
         executor_id: this process's name among the processes sharing a database (DBOS executor
             id); default `process-<host>-<pid>-<random>`, new for every process. Pin it to have
             a restarted process resume its own unfinished runs at launch.
-        poll_interval: how often (seconds) waits poll the database on SQLite.
+        poll_interval: how often (seconds) DBOS looks in the database for messages and events
+            where it cannot be notified (SQLite): how soon a waiting run sees an answer. A
+            `RunHandle` polls a run's result and stream every 0.05 s, whatever this is.
         heartbeat_interval: seconds between this process's heartbeats (and looks for dead
             processes); default `DURABLE_SWARM_HEARTBEAT_INTERVAL`, else 5.
         dead_after: seconds without a heartbeat after which a process counts as dead and its

@@ -126,7 +126,8 @@ def tool(
     Args:
         name: the name offered to the model (default: the function's `__name__`).
         description: the description offered to the model (default: the docstring).
-        timeout: seconds one call may take before it becomes an error message for the model.
+        timeout: seconds one attempt may take before the model gets an error message instead
+            (not retried); the call itself is not stopped (see `ToolSpec.timeout`).
         retries: how many more times a call that raised is tried before it becomes an error.
         needs_approval: the run pauses before each call until a person approves or rejects it.
 
