@@ -8,6 +8,7 @@ this library opens itself beside DBOS's own (the worker table, the CLI's read-on
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -151,16 +152,36 @@ def describe_fault(error: BaseException, url: str | None = None) -> str:
 
 def prepare_sqlite(url: str) -> None:
     """Put the SQLite database of `url` in WAL mode (readers never block the writer, and a
-    crash never leaves a half-written page); the mode is stored in the file, once. Waits up to
-    30 s for a lock. Raises `sqlite3.Error` (e.g. a read-only file). No-op for PostgreSQL."""
+    crash never leaves a half-written page); the mode is stored in the file, once.
+
+    Switching needs a moment with no other transaction open, and SQLite answers "locked" at once
+    (without waiting) while another process is in one, so the switch is tried again for up to
+    30 s; if other processes keep the file busy all that time, the database is left in its
+    current mode (a later launch switches it) with a warning. Raises `sqlite3.Error` for any
+    other fault (e.g. a read-only file). No-op for PostgreSQL."""
     import sqlite3
+    import time
 
     path = sqlite_path(url)
     if path is None:
         return
-    db = sqlite3.connect(path, timeout=30)
-    try:
-        if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-            db.execute("PRAGMA journal_mode=WAL")
-    finally:
-        db.close()
+    deadline = time.monotonic() + 30
+    while True:
+        db = sqlite3.connect(path, timeout=30)
+        try:
+            if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e):
+                raise
+            if time.monotonic() >= deadline:
+                logging.getLogger("durable_swarm").warning(
+                    "SQLite database %s stayed busy for 30 s: left in its current journal mode "
+                    "(WAL is set by a later launch)",
+                    path,
+                )
+                return
+        finally:
+            db.close()
+        time.sleep(0.05)
