@@ -3,7 +3,10 @@ so `get_run`, the CLI and the console of any process can show it (`RunInfo.probl
 
 Today's only notice: the run needs an agent that the process holding it has not imported. A
 notice names the executor that wrote it and counts only while the run is still that executor's
-(a run handed to another process leaves the old notice behind, unread).
+(a run handed to another process leaves the old notice behind, unread, until that process posts
+its own). A notice is cleared when its run goes on; every post and clear also deletes the notices
+of runs that are no longer pending or queued (their process died, the run was cancelled), so the
+table never holds more rows than there are waiting runs.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from datetime import datetime, timezone
 
 import sqlalchemy as sa
 
+from ._database import is_postgres
 from ._tables import engine_for, engine_with, missing_table
 
 __all__ = ["NOTICES_TABLE", "Notices"]
@@ -37,11 +41,24 @@ class Notices:
     def _engine(self) -> sa.Engine:
         return engine_with(self._url, NOTICES_TABLE, _CREATE_TABLE)
 
+    def _forget(self, conn: sa.Connection, run_id: str) -> None:
+        """Delete `run_id`'s notice and those of runs that no longer wait (finished, failed,
+        cancelled, gone)."""
+        runs = "dbos.workflow_status" if is_postgres(self._url) else "workflow_status"
+        conn.execute(
+            sa.text(
+                f"DELETE FROM {NOTICES_TABLE} WHERE run_id = :id OR NOT EXISTS (SELECT 1 FROM "
+                f"{runs} r WHERE r.workflow_uuid = {NOTICES_TABLE}.run_id AND r.status IN "
+                "('PENDING', 'ENQUEUED'))"
+            ),
+            {"id": run_id},
+        )
+
     def post(self, run_id: str, executor_id: str, notice: str) -> None:
         """Leave `notice` on `run_id` (replacing an earlier one)."""
         at = datetime.now(timezone.utc).isoformat()
         with self._engine().begin() as conn:
-            conn.execute(sa.text(f"DELETE FROM {NOTICES_TABLE} WHERE run_id = :id"), {"id": run_id})
+            self._forget(conn, run_id)
             conn.execute(
                 sa.text(
                     f"INSERT INTO {NOTICES_TABLE} (run_id, executor_id, notice, noticed_at) "
@@ -49,6 +66,11 @@ class Notices:
                 ),
                 {"id": run_id, "executor": executor_id, "notice": notice, "at": at},
             )
+
+    def clear(self, run_id: str) -> None:
+        """Delete `run_id`'s notice (the run goes on), and those of runs that no longer wait."""
+        with self._engine().begin() as conn:
+            self._forget(conn, run_id)
 
     def read(self, run_id: str, executor_id: str | None) -> str | None:
         """`run_id`'s notice if `executor_id` (the run's executor now) wrote it, else None."""

@@ -168,6 +168,7 @@ class RunHost:
                 if now - checked >= CHECK_SECONDS:  # a cancelled run must free its slot
                     checked = now
                     if await asyncio.to_thread(_dbos.run_status, run_id) == "CANCELLED":
+                        await asyncio.to_thread(self._clear_notice, run_id)
                         raise DBOSWorkflowCancelledError(f"Run {run_id} was cancelled") from e
                     handing = now - since >= HAND_BACK_SECONDS and _dbos.ownership() is not None
                     if handing and await asyncio.to_thread(_dbos.hand_back, run_id):
@@ -176,6 +177,8 @@ class RunHost:
                 await asyncio.sleep(0.2)
                 continue
             self.problems.pop(run_id, None)
+            if noticed:
+                await asyncio.to_thread(self._clear_notice, run_id)
             return found
 
     def _notice(self, run_id: str, what: str, error: AgentNotFoundError) -> None:
@@ -192,6 +195,15 @@ class RunHost:
                 Notices(url).post(run_id, _dbos.executor_id(), notice)
             except Exception as e:  # the notice is a courtesy: the wait goes on without it
                 logger.warning("Could not record the notice of run %s: %s", run_id, e)
+
+    def _clear_notice(self, run_id: str) -> None:
+        """Take back the notice of `run_id`, which goes on (or was cancelled)."""
+        url = _dbos.launched_url()
+        if url is not None:
+            try:
+                Notices(url).clear(run_id)
+            except Exception as e:  # a stale notice is pruned by the next post or clear
+                logger.warning("Could not clear the notice of run %s: %s", run_id, e)
 
 
 HOST = RunHost()
