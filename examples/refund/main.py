@@ -36,8 +36,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `
 
 from _common import add_model_options, make_client, my_tool_result, tools_called
 
-from durable_swarm import Agent, DatabaseUnavailableError, DurableSwarm, RunNotFoundError, ask_user
-from durable_swarm.durable import DurableClient
+from durable_swarm import (
+    Agent,
+    DatabaseUnavailableError,
+    DurableClient,
+    DurableSwarm,
+    RunNotFoundError,
+    ask_user,
+)
 from durable_swarm.testing import ToolCall, calls, text
 
 LEDGER_ENV = "REFUND_DEMO_LEDGER"

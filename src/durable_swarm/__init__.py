@@ -2,54 +2,53 @@
 
 `Swarm` runs in memory exactly as OpenAI's Swarm does; `DurableSwarm` runs every conversation as a
 durable workflow, so a killed process resumes from its last finished model or tool call.
+
+The names below are imported when first used (PEP 562): `import durable_swarm` loads nothing
+else, and in-memory use (`Swarm`, `Agent`) never loads DBOS or SQLAlchemy.
 """
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _version
+from __future__ import annotations
 
-from .chat import ChatResult, initiate_swarm_chat
-from .durable import DurableSwarm, JsonSerializer, RunHandle, RunInfo
-from .errors import (
-    AgentNotFoundError,
-    BudgetExceededError,
-    DatabaseUnavailableError,
-    DuplicateAgentError,
-    DurableSwarmError,
-    MCPServerUnavailableError,
-    ModelCallError,
-    ModelResponseError,
-    NonJsonValueError,
-    RunError,
-    RunNotFoundError,
-    ToolResultNotSerializableError,
-    ToolUnavailableError,
-)
-from .handoffs import (
-    AFTER_WORK,
-    ON_CONDITION,
-    AfterWork,
-    AfterWorkOption,
-    ContextExpression,
-    ContextExpressionError,
-    OnCondition,
-    OnContextCondition,
-    UpdateSystemMessage,
-)
-from .human import AskUser, ask_user
-from .planning import TodoItem, create_durable_agent
-from .swarm import Swarm
-from .toolkit import FileTools, MCPTools, ShellTool, Skill, skill, tool
-from .types import Agent, Response, Result, SwarmAgent, SwarmResult
-from .usage import Budget, Usage
+import importlib
+from typing import TYPE_CHECKING, Any
 
-try:
-    __version__: str = _version("durable-swarm")
-except PackageNotFoundError:  # imported from a source tree that was never installed
-    __version__ = "0+unknown"
+from ._lazy import attribute_loader, warn_moved
+
+if TYPE_CHECKING:
+    from .chat import ChatResult, initiate_swarm_chat
+    from .durable import DurableClient, DurableSwarm, RunHandle, RunInfo
+    from .errors import (
+        AgentNotFoundError,
+        BudgetExceededError,
+        ContextExpressionError,
+        DatabaseUnavailableError,
+        DuplicateAgentError,
+        DurableSwarmError,
+        MCPServerUnavailableError,
+        ModelCallError,
+        ModelResponseError,
+        NonJsonValueError,
+        RunError,
+        RunNotFoundError,
+        ToolResultNotSerializableError,
+        ToolUnavailableError,
+    )
+    from .handoffs import (
+        AfterWork,
+        AfterWorkOption,
+        ContextExpression,
+        OnCondition,
+        OnContextCondition,
+        UpdateSystemMessage,
+    )
+    from .human import AskUser, ask_user
+    from .planning import TodoItem, create_durable_agent
+    from .swarm import Swarm
+    from .toolkit import FileTools, MCPTools, ShellTool, Skill, skill, tool
+    from .types import Agent, Response, Result
+    from .usage import Budget, Usage
 
 __all__ = [
-    "AFTER_WORK",
-    "ON_CONDITION",
     "AfterWork",
     "AfterWorkOption",
     "Agent",
@@ -62,10 +61,10 @@ __all__ = [
     "ContextExpressionError",
     "DatabaseUnavailableError",
     "DuplicateAgentError",
+    "DurableClient",
     "DurableSwarm",
     "DurableSwarmError",
     "FileTools",
-    "JsonSerializer",
     "MCPServerUnavailableError",
     "MCPTools",
     "ModelCallError",
@@ -82,8 +81,6 @@ __all__ = [
     "ShellTool",
     "Skill",
     "Swarm",
-    "SwarmAgent",
-    "SwarmResult",
     "TodoItem",
     "ToolResultNotSerializableError",
     "ToolUnavailableError",
@@ -95,3 +92,70 @@ __all__ = [
     "skill",
     "tool",
 ]
+
+# The module that defines each public name (the same as the imports above, for mypy).
+_HOMES: dict[str, tuple[str, ...]] = {
+    ".chat": ("ChatResult", "initiate_swarm_chat"),
+    ".durable": ("DurableClient", "DurableSwarm", "RunHandle", "RunInfo"),
+    ".errors": (
+        "AgentNotFoundError",
+        "BudgetExceededError",
+        "ContextExpressionError",
+        "DatabaseUnavailableError",
+        "DuplicateAgentError",
+        "DurableSwarmError",
+        "MCPServerUnavailableError",
+        "ModelCallError",
+        "ModelResponseError",
+        "NonJsonValueError",
+        "RunError",
+        "RunNotFoundError",
+        "ToolResultNotSerializableError",
+        "ToolUnavailableError",
+    ),
+    ".handoffs": (
+        "AfterWork",
+        "AfterWorkOption",
+        "ContextExpression",
+        "OnCondition",
+        "OnContextCondition",
+        "UpdateSystemMessage",
+    ),
+    ".human": ("AskUser", "ask_user"),
+    ".planning": ("TodoItem", "create_durable_agent"),
+    ".swarm": ("Swarm",),
+    ".toolkit": ("FileTools", "MCPTools", "ShellTool", "Skill", "skill", "tool"),
+    ".types": ("Agent", "Response", "Result"),
+    ".usage": ("Budget", "Usage"),
+}
+_load = attribute_loader(__name__, _HOMES)
+
+# Names that left the top level; importing them warns and names the new place.
+_MOVED = {
+    "AFTER_WORK": "durable_swarm.ag2",
+    "ON_CONDITION": "durable_swarm.ag2",
+    "SwarmAgent": "durable_swarm.ag2",
+    "SwarmResult": "durable_swarm.ag2",
+    "JsonSerializer": "durable_swarm.durable",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use; warn about a name that moved."""
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            globals()[name] = version("durable-swarm")
+        except PackageNotFoundError:  # imported from a source tree that was never installed
+            globals()[name] = "0+unknown"
+        return globals()[name]
+    new_module = _MOVED.get(name)
+    if new_module is not None:
+        warn_moved(__name__, name, new_module)
+        return getattr(importlib.import_module(new_module), name)
+    return _load(name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -22,12 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._lazy import warn_moved
 from .errors import ContextExpressionError, DurableSwarmError
 from .tools import is_agent
 
 __all__ = [
-    "AFTER_WORK",
-    "ON_CONDITION",
     "AfterWork",
     "AfterWorkOption",
     "ContextExpression",
@@ -428,11 +427,6 @@ class _Blank(dict[str, Any]):
         return ""
 
 
-# AG2's old spellings.
-ON_CONDITION = OnCondition
-AFTER_WORK = AfterWork
-
-
 def split_handoffs(hand_to: Any) -> tuple[list[Any], Any]:
     """Validate a `handoffs=`/`hand_to=` value: (conditions, AfterWork or None)."""
     items = hand_to if isinstance(hand_to, (list, tuple)) else [hand_to]
@@ -447,3 +441,12 @@ def split_handoffs(hand_to: Any) -> tuple[list[Any], Any]:
                 f"A handoff must be OnCondition, OnContextCondition or AfterWork, got {item!r}."
             )
     return conditions, after_work
+
+
+def __getattr__(name: str) -> Any:
+    """AG2's `ON_CONDITION` and `AFTER_WORK`, moved to `durable_swarm.ag2` (with a warning)."""
+    old_spellings = {"ON_CONDITION": OnCondition, "AFTER_WORK": AfterWork}
+    if name in old_spellings:
+        warn_moved(__name__, name, "durable_swarm.ag2")
+        return old_spellings[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,8 @@ emits:
   `gen_ai.tool.type="function"`).
 
 Message contents (`gen_ai.input.messages`, `gen_ai.output.messages`, tool arguments and results)
-are recorded only when `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`.
+are recorded only when `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` (the name is
+`CAPTURE_CONTENT_ENV`).
 
 A durable run stores its trace context with the run, so an execution resumed after a crash (or
 `resume`) continues the same trace; a step replayed from the log emits no second span (spans
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -45,19 +47,28 @@ __all__ = [
 CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 _TRACER_NAME = "durable_swarm"
 
-try:
-    from opentelemetry import trace as _trace
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-except ImportError:  # the `otel` extra is not installed
-    _trace = None  # type: ignore[assignment]
+_trace: Any = None  # `opentelemetry.trace`, once the application has imported it
 
 
 def enabled() -> bool:
-    """Whether runs emit spans: `opentelemetry-api` is installed and a tracer provider is set."""
+    """Whether runs emit spans: `opentelemetry-api` is installed and a tracer provider is set.
+
+    OpenTelemetry is never imported here: an application that set a tracer provider has
+    imported `opentelemetry.trace` itself, and one that did not pays nothing for it.
+    """
+    global _trace
     if _trace is None:
-        return False
+        _trace = sys.modules.get("opentelemetry.trace")
+        if _trace is None:
+            return False
     provider = _trace.get_tracer_provider()
     return not isinstance(provider, (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider))
+
+
+def _propagator() -> Any:
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    return TraceContextTextMapPropagator()
 
 
 def _capture_content() -> bool:
@@ -79,7 +90,7 @@ class Run:
     def traceparent(self) -> str:
         """This run span's W3C `traceparent`, as stored with a durable run."""
         carrier: dict[str, str] = {}
-        TraceContextTextMapPropagator().inject(carrier, context=self._context)
+        _propagator().inject(carrier, context=self._context)
         return carrier.get("traceparent", "")
 
     @contextmanager
@@ -232,7 +243,7 @@ def start_run(
         return None
     context = None
     if traceparent:
-        context = TraceContextTextMapPropagator().extract({"traceparent": traceparent})
+        context = _propagator().extract({"traceparent": traceparent})
     tracer = _trace.get_tracer(_TRACER_NAME)
     span = tracer.start_span(f"invoke_agent {agent_name}", context=context)
     span.set_attribute("gen_ai.operation.name", "invoke_agent")
@@ -250,5 +261,5 @@ def current_traceparent() -> str | None:
     if not span.get_span_context().is_valid:
         return None
     carrier: dict[str, str] = {}
-    TraceContextTextMapPropagator().inject(carrier)
+    _propagator().inject(carrier)
     return carrier.get("traceparent")

@@ -1,24 +1,31 @@
 """Swarm's data types: `Agent`, `Result`, `Response` (and the OpenAI types Swarm re-exports).
 
+`AgentFunction` is the type of an agent's functions: any callable returning a string, an
+`Agent`, a `Result` or a dict.
+
 Every `Agent` registers itself by name when it is created (see `durable_swarm._registry`), so a
 durable run recovered in a new process can find the agents it was using.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
-from openai.types.chat import ChatCompletionMessage
-from openai.types.chat.chat_completion_message_tool_call import (
-    ChatCompletionMessageToolCall,
-    Function,
-)
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from . import _registry
+from ._lazy import warn_moved
 from .tools import ToolSource
 from .usage import Usage
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessage
+    from openai.types.chat.chat_completion_message_tool_call import (
+        ChatCompletionMessageToolCall,
+        Function,
+    )
 
 __all__ = [
     "Agent",
@@ -28,8 +35,6 @@ __all__ = [
     "Function",
     "Response",
     "Result",
-    "SwarmAgent",
-    "SwarmResult",
 ]
 
 AgentFunction = Callable[..., Union[str, "Agent", dict, Any]]
@@ -95,16 +100,6 @@ class Agent(BaseModel):
         return delegation(self, name, description)
 
 
-class SwarmAgent(Agent):
-    """AG2's name for an agent: `system_message` is the instructions; other AG2 options that
-    have no meaning here (such as `llm_config`) are ignored."""
-
-    def __init__(self, name: str = "Agent", system_message: Any = None, **data: Any) -> None:
-        if system_message is not None:
-            data.setdefault("instructions", system_message)
-        super().__init__(name=name, **data)
-
-
 class Response(BaseModel):
     """What `run` returns: the new messages, the agent the run ended on, the updated context.
 
@@ -138,9 +133,25 @@ class Result(BaseModel):
     context_variables: dict[str, Any] = {}
 
 
-class SwarmResult(Result):
-    """AG2's name for a `Result`; it spells the text `values`."""
+# Swarm's re-exports of OpenAI's message types, imported on first use: `openai` takes longer to
+# import than the rest of the package, and a run may never need it (a scripted client).
+_OPENAI_TYPES = {
+    "ChatCompletionMessage": "openai.types.chat",
+    "ChatCompletionMessageToolCall": "openai.types.chat.chat_completion_message_tool_call",
+    "Function": "openai.types.chat.chat_completion_message_tool_call",
+}
 
-    def __init__(self, values: str = "", **data: Any) -> None:
-        data.setdefault("value", values)
-        super().__init__(**data)
+
+def __getattr__(name: str) -> Any:
+    """OpenAI's message types (imported on first use); AG2's `SwarmAgent` and `SwarmResult`,
+    moved to `durable_swarm.ag2` (with a warning)."""
+    if name in _OPENAI_TYPES:
+        value = getattr(importlib.import_module(_OPENAI_TYPES[name]), name)
+        globals()[name] = value
+        return value
+    if name in ("SwarmAgent", "SwarmResult"):
+        from . import ag2
+
+        warn_moved(__name__, name, "durable_swarm.ag2")
+        return getattr(ag2, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,20 +7,16 @@ from typing import Any
 
 import pytest
 
-import durable_swarm
 from durable_swarm import (
-    AFTER_WORK,
-    ON_CONDITION,
     AfterWork,
     AfterWorkOption,
     Agent,
     OnCondition,
     Result,
     Swarm,
-    SwarmAgent,
-    SwarmResult,
     UpdateSystemMessage,
 )
+from durable_swarm.ag2 import AFTER_WORK, ON_CONDITION, SwarmAgent, SwarmResult
 from durable_swarm.testing import ToolCall, calls
 
 from ._memory import Model, agent
@@ -231,8 +227,6 @@ def test_old_spellings_are_the_new_names() -> None:
     assert AFTER_WORK is AfterWork
     assert issubclass(SwarmAgent, Agent)
     assert issubclass(SwarmResult, Result)
-    for name in ("ON_CONDITION", "AFTER_WORK", "SwarmAgent", "SwarmResult"):
-        assert name in durable_swarm.__all__
 
 
 def test_an_ag2_style_swarm_runs() -> None:

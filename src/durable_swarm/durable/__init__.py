@@ -1,14 +1,25 @@
-"""Durable runs on DBOS: `DurableSwarm`, run handles and run records; workers and thin clients."""
+"""Durable runs on DBOS: `DurableSwarm`, run handles and run records; workers and thin clients.
 
-from ._client import DEFAULT_QUEUE, ClientRunHandle, DurableClient
-from ._database import resolve_database_url
-from ._dbos import shutdown
-from ._listing import PendingApproval
-from ._ownership import PROCESSES_TABLE
-from ._runs import RunInfo, StepRecord
-from ._serializer import SCHEMA_VERSION, JsonSerializer, RunError
-from ._swarm import DurableSwarm, RunHandle
-from ._worker import DEFAULT_CONCURRENCY, Worker, run_worker
+The names below are imported when first used (PEP 562): a thin client (`DurableClient`) does
+not load the worker or what runs a run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import attribute_loader
+
+if TYPE_CHECKING:
+    from ._client import DEFAULT_QUEUE, ClientRunHandle, DurableClient
+    from ._database import resolve_database_url
+    from ._dbos import shutdown
+    from ._listing import PendingApproval
+    from ._ownership import PROCESSES_TABLE
+    from ._runs import RunInfo, StepRecord
+    from ._serializer import SCHEMA_VERSION, JsonSerializer, RunError
+    from ._swarm import DurableSwarm, RunHandle
+    from ._worker import DEFAULT_CONCURRENCY, Worker, run_worker
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -29,3 +40,18 @@ __all__ = [
     "run_worker",
     "shutdown",
 ]
+
+__getattr__ = attribute_loader(
+    __name__,
+    {
+        "._client": ("DEFAULT_QUEUE", "ClientRunHandle", "DurableClient"),
+        "._database": ("resolve_database_url",),
+        "._dbos": ("shutdown",),
+        "._listing": ("PendingApproval",),
+        "._ownership": ("PROCESSES_TABLE",),
+        "._runs": ("RunInfo", "StepRecord"),
+        "._serializer": ("SCHEMA_VERSION", "JsonSerializer", "RunError"),
+        "._swarm": ("DurableSwarm", "RunHandle"),
+        "._worker": ("DEFAULT_CONCURRENCY", "Worker", "run_worker"),
+    },
+)

@@ -6,8 +6,9 @@
   with injectable faults (HTTP errors, dropped connections, malformed bodies, latency); also
   runnable as a process: ``python -m durable_swarm.testing.server``.
 
-Both answer from a *script*: a sequence of entries (:class:`Reply`, ``str`` or, for the server,
-:class:`Fault`) consumed one per request, or a function ``(messages, tools) -> entry``.
+Both answer from a *script* (``Script``): a sequence of entries (``Entry``: :class:`Reply`,
+``str`` or, for the server, :class:`Fault`) consumed one per request, or a function
+``(messages, tools) -> entry`` (``ScriptFunction``).
 """
 
 from ._client import AsyncScriptedClient, ScriptedClient
