@@ -27,7 +27,7 @@ import inspect
 from collections import defaultdict
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _registry
 from .errors import DurableSwarmError
@@ -52,6 +52,9 @@ from .tools import (
 )
 from .types import Response
 from .util import debug_print
+
+if TYPE_CHECKING:
+    from .usage import Budget
 
 MAX_CONTEXT_HOPS = 10
 
@@ -121,6 +124,31 @@ class ListTools:
 
 Effect = ModelCall | ToolCall | WaitForInput | Transition | ListTools
 Loop = Generator[Effect, Any, Response]
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One run's input, built once by the facade that starts it (`Swarm.run`,
+    `DurableSwarm.start`, ... take these as arguments) and read by the turn loop and runtimes.
+
+    The first eight fields are Swarm's `run` arguments, in Swarm's order; `after_work` and
+    `agents` are the swarm-level handoff options (see `turn_loop`); `run_id` names a durable run
+    (None: a new one) and `budget` limits it (None: the swarm's default). `messages` and
+    `context_variables` are the caller's objects: whoever stores or changes them copies them.
+    """
+
+    agent: Any
+    messages: list[dict[str, Any]]
+    context_variables: dict[str, Any] | None = None
+    model_override: str | None = None
+    stream: bool = False
+    debug: bool = False
+    max_turns: float = float("inf")
+    execute_tools: bool = True
+    after_work: Any = None
+    agents: Sequence[Any] = ()
+    run_id: str | None = None
+    budget: Budget | None = None
 
 
 @dataclass
@@ -342,49 +370,40 @@ def _hand_over(
     return True
 
 
-def turn_loop(
-    agent: Any,
-    messages: list[dict[str, Any]],
-    context_variables: dict[str, Any] | None = None,
-    model_override: str | None = None,
-    stream: bool = False,
-    debug: bool = False,
-    max_turns: float = float("inf"),
-    execute_tools: bool = True,
-    after_work: Any = None,
-    agents: Sequence[Any] = (),
-) -> Loop:
+def turn_loop(run: RunRequest) -> Loop:
     """Swarm's run loop (with handoff rules) as a generator of effects; returns the `Response`.
 
     `max_turns` counts the messages this run appends (Swarm's behaviour, which evals rely on).
     Several tool calls in one message run in order; the last handoff wins. `after_work` is the
     swarm-level after-work for agents without their own; `agents` name the agents that string
     targets may refer to, with the agents the handoff rules name (others are found in the
-    registry); two different agents under one name raise `DuplicateAgentError`.
+    registry); two different agents under one name raise `DuplicateAgentError`. The loop does
+    not read `run_id` or `budget` (the durable facade stores them with the run).
     """
+    debug, max_turns = run.debug, run.max_turns
     state = RunState(
-        agent,
-        copy.deepcopy(list(messages)),
-        copy.deepcopy(context_variables or {}),
-        known_agents(agent, agents, after_work),
+        run.agent,
+        copy.deepcopy(list(run.messages)),
+        copy.deepcopy(run.context_variables or {}),
+        known_agents(run.agent, run.agents, run.after_work),
     )
     init_len = len(state.history)
     while len(state.history) - init_len < max_turns and state.agent:
         yield from _context_handoffs(state)
         yield from _list_tools(state)
-        request = build_request(state, model_override, stream)
+        request = build_request(state, run.model_override, run.stream)
         debug_print(debug, "Getting chat completion for...:", request["messages"])
         message: dict[str, Any] = yield ModelCall(state.agent, request, debug)
         del request  # not kept alive while the run waits for a person below
         debug_print(debug, "Received completion:", message)
         state.history.append(message)
-        if not execute_tools:
+        if not run.execute_tools:
             break
         if message.get("tool_calls"):
             target, tool = yield from _run_tools(state, message["tool_calls"], debug)
             rule, reason = "tool", f"function {tool} returned it"
         else:
-            target, rule, reason = _after_work(state, after_work)
+            target, rule, reason = _after_work(state, run.after_work)
         turns_left = len(state.history) - init_len < max_turns
         if not (yield from _hand_over(state, target, rule, reason, turns_left)):
             debug_print(debug, "Ending turn.")

@@ -15,7 +15,16 @@ from typing import Any
 
 from . import model, tracing
 from .human import Decision
-from .loop import ListTools, Loop, ModelCall, ToolCall, Transition, WaitForInput, turn_loop
+from .loop import (
+    ListTools,
+    Loop,
+    ModelCall,
+    RunRequest,
+    ToolCall,
+    Transition,
+    WaitForInput,
+    turn_loop,
+)
 from .subagents import delegation_task, final_answer, is_delegation
 from .tools import (
     ToolOutcome,
@@ -165,7 +174,7 @@ class InMemoryRuntime:
         delegate = tool_spec(function).delegate
         if self.trace is not None:  # the sub-agent's run span is a child of this run's
             child.trace = tracing.start_run(delegate.name, traceparent=self.trace.traceparent)
-        loop = turn_loop(delegate, [{"role": "user", "content": task}])
+        loop = turn_loop(RunRequest(delegate, [{"role": "user", "content": task}]))
         answer = final_answer(drive(loop, child).messages)
         self.tally.merge(child.tally)
         return ToolOutcome(tool_message(effect.call, answer), effect.context_variables)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from . import tracing
-from .loop import Loop, turn_loop
+from .loop import RunRequest, turn_loop
 from .runtime import InMemoryRuntime, adrive, adrive_stream, drive, drive_stream
 from .types import Agent
 from .usage import Prices, check_prices
@@ -58,37 +59,21 @@ class Swarm:
         self.prices = check_prices(prices)
         self.transitions: list[dict[str, Any]] = []
 
-    def _runtime(self, agent: Agent) -> InMemoryRuntime:
+    def _drive(self, run: RunRequest, *, aio: bool = False) -> Any:
+        """Start `run` on a new in-memory runtime: a `Response` (a coroutine of one with `aio`),
+        or with `run.stream` an iterator of events (async with `aio`)."""
+        if run.run_id is not None or run.budget is not None:
+            raise TypeError(
+                "Swarm runs in memory and takes no `run_id` or `budget`; use DurableSwarm for "
+                "named, budgeted runs."
+            )
         runtime = InMemoryRuntime(self.client, self.input_fn, self.approve_fn, self.prices)
-        runtime.trace = tracing.start_run(agent.name)
+        runtime.trace = tracing.start_run(run.agent.name)
         self.transitions = runtime.transitions
-        return runtime
-
-    def _loop(
-        self,
-        agent: Agent,
-        messages: list[dict[str, Any]],
-        context_variables: dict[str, Any] | None,
-        model_override: str | None,
-        stream: bool,
-        debug: bool,
-        max_turns: float,
-        execute_tools: bool,
-        after_work: Any,
-        agents: Sequence[Agent],
-    ) -> Loop:
-        return turn_loop(
-            agent,
-            messages,
-            context_variables,
-            model_override or self.model,
-            stream,
-            debug,
-            max_turns,
-            execute_tools,
-            after_work,
-            agents,
-        )
+        loop = turn_loop(replace(run, model_override=run.model_override or self.model))
+        if aio:
+            return adrive_stream(loop, runtime) if run.stream else adrive(loop, runtime)
+        return drive_stream(loop, runtime) if run.stream else drive(loop, runtime)
 
     def run(
         self,
@@ -112,12 +97,10 @@ class Swarm:
         are never modified. `after_work` (an `AfterWork`, `AfterWorkOption`, agent or callable)
         applies to agents without their own; `agents` lists agents that handoffs may name.
         """
-        loop = self._loop(
+        return self._drive(RunRequest(
             agent, messages, context_variables, model_override, stream, debug, max_turns,
             execute_tools, after_work, agents,
-        )  # fmt: skip
-        runtime = self._runtime(agent)
-        return drive_stream(loop, runtime) if stream else drive(loop, runtime)
+        ))  # fmt: skip
 
     def run_and_stream(
         self,
@@ -130,11 +113,11 @@ class Swarm:
         execute_tools: bool = True,
     ) -> Iterator[dict[str, Any]]:
         """`run(..., stream=True)` (Swarm's name for it)."""
-        result: Iterator[dict[str, Any]] = self.run(
+        events: Iterator[dict[str, Any]] = self._drive(RunRequest(
             agent, messages, context_variables, model_override, True, debug, max_turns,
             execute_tools,
-        )  # fmt: skip
-        return result
+        ))  # fmt: skip
+        return events
 
     async def arun(
         self,
@@ -153,14 +136,11 @@ class Swarm:
         """`run` for async code: `await swarm.arun(...)` returns a `Response`; with `stream=True`
         it returns an async iterator of the same events as `run(..., stream=True)`.
         `async def` tools are awaited; other tools run in a worker thread."""
-        loop = self._loop(
+        run = RunRequest(
             agent, messages, context_variables, model_override, stream, debug, max_turns,
             execute_tools, after_work, agents,
         )  # fmt: skip
-        runtime = self._runtime(agent)
-        if stream:
-            return adrive_stream(loop, runtime)
-        return await adrive(loop, runtime)
+        return self._drive(run, aio=True) if stream else await self._drive(run, aio=True)
 
     def astream(
         self,
@@ -170,6 +150,7 @@ class Swarm:
         **kwargs: Any,
     ) -> AsyncIterator[dict[str, Any]]:
         """Async streaming without an `await` first: `async for event in swarm.astream(...)`."""
-        kwargs["model_override"] = kwargs.get("model_override") or self.model
-        loop = turn_loop(agent, messages, context_variables, stream=True, **kwargs)
-        return adrive_stream(loop, self._runtime(agent))
+        events: AsyncIterator[dict[str, Any]] = self._drive(
+            RunRequest(agent, messages, context_variables, stream=True, **kwargs), aio=True
+        )
+        return events

@@ -9,19 +9,28 @@ from typing import Any
 
 from durable_swarm import AfterWorkOption, Agent, OnContextCondition
 from durable_swarm.human import Decision
-from durable_swarm.loop import ModelCall, ToolCall, Transition, WaitForInput, turn_loop
+from durable_swarm.loop import (
+    ModelCall,
+    RunRequest,
+    ToolCall,
+    Transition,
+    WaitForInput,
+    turn_loop,
+)
 from durable_swarm.toolkit import tool
 from durable_swarm.tools import ToolOutcome, tool_message
 
 
-def request(agent: Any, messages: list[dict[str, Any]], context: Any = None, **options: Any):
-    """`turn_loop`'s arguments."""
-    return {"agent": agent, "messages": messages, "context_variables": context, **options}
+def request(
+    agent: Any, messages: list[dict[str, Any]], context: Any = None, **options: Any
+) -> RunRequest:
+    """`turn_loop`'s request."""
+    return RunRequest(agent, messages, context, **options)
 
 
-def run(arguments: dict[str, Any], answer: Callable[[Any], Any]) -> tuple[list[Any], Any]:
+def run(arguments: RunRequest, answer: Callable[[Any], Any]) -> tuple[list[Any], Any]:
     """Drive the loop, answering each effect with `answer(effect)`; (effects, Response)."""
-    loop = turn_loop(**arguments)
+    loop = turn_loop(arguments)
     effects: list[Any] = []
     result: Any = None
     while True:

@@ -16,7 +16,7 @@ from dbos import DBOS, SetWorkflowID
 from .. import tracing
 from .._aio import in_event_loop, off_event_loop
 from ..errors import AgentNotFoundError, DurableSwarmError
-from ..loop import known_agents
+from ..loop import RunRequest, known_agents
 from ..swarm import default_model
 from ..types import Agent, Response
 from ..usage import Budget, Prices, Tally, check_budget, check_prices
@@ -327,52 +327,56 @@ class DurableSwarm:
 
     # --- starting runs -------------------------------------------------------------------
 
-    def _prepare(
-        self,
-        agent: Agent,
-        messages: list[dict[str, Any]],
-        context_variables: dict[str, Any] | None,
-        model_override: str | None,
-        stream: bool,
-        debug: bool,
-        max_turns: float,
-        execute_tools: bool,
-        run_id: str | None,
-        after_work: Any,
-        agents: Sequence[Agent],
-        budget: Budget | None = None,
-    ) -> tuple[str, dict[str, Any]]:
-        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+    def _spec(self, run: RunRequest) -> tuple[str, dict[str, Any]]:
+        """Check `run`'s input, launch DBOS, and return the run's id and its workflow input."""
+        if not isinstance(run.messages, list) or not all(isinstance(m, dict) for m in run.messages):
             raise DurableSwarmError(
                 "`messages` must be a list of message dicts like "
                 '{"role": "user", "content": "..."}; nothing was started.'
             )
-        check_input(messages, context_variables, self.max_result_chars)  # JSON, before storing
-        known_agents(agent, agents, after_work)  # one name, one agent: checked before storing
-        effective = check_budget(budget) or self.budget
+        check_input(run.messages, run.context_variables, self.max_result_chars)  # JSON, first
+        known_agents(run.agent, run.agents, run.after_work)  # one name, one agent: checked first
+        budget = check_budget(run.budget) or self.budget
         self.launch()
-        run_id = run_id or str(uuid.uuid4())
+        run_id = run.run_id or str(uuid.uuid4())
         if self.client:
             HOST.set_client(run_id, self.client)
-        for known in (agent, *agents):
+        for known in (run.agent, *run.agents):
             HOST.remember(run_id, known)
         spec = {
-            "agent": agent_ref(agent),
-            "messages": copy.deepcopy(messages),
-            "context_variables": copy.deepcopy(context_variables or {}),
-            "model_override": model_override or self.model,
+            "agent": agent_ref(run.agent),
+            "messages": copy.deepcopy(run.messages),
+            "context_variables": copy.deepcopy(run.context_variables or {}),
+            "model_override": run.model_override or self.model,
             "model_retries": self.model_retries,
-            "stream": stream,
-            "debug": debug,
-            "max_turns": encode_max_turns(max_turns),
-            "execute_tools": execute_tools,
-            "after_work": encode_target(after_work),
-            "agents": [agent_ref(a) for a in agents],
-            "budget": effective.to_json() if effective is not None else None,
+            "stream": run.stream,
+            "debug": run.debug,
+            "max_turns": encode_max_turns(run.max_turns),
+            "execute_tools": run.execute_tools,
+            "after_work": encode_target(run.after_work),
+            "agents": [agent_ref(a) for a in run.agents],
+            "budget": budget.to_json() if budget is not None else None,
             "prices": self.prices,
             "max_result_chars": self.max_result_chars,
         }
         return run_id, spec
+
+    def _start(self, run: RunRequest) -> RunHandle:
+        """`start`: the run's workflow on DBOS's event loop (or the existing run `run_id` names)."""
+        run_id, spec = self._spec(run)
+        # a new UUID cannot name an existing run: only a given id is looked up
+        if run.run_id is not None and DBOS.get_workflow_status(run_id) is not None:
+            return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
+        _begin_trace(run_id, run.agent, spec)
+        return RunHandle(run_id, on_loop=_dbos.on_dbos_loop(_start(run_id, spec)))
+
+    async def _astart(self, run: RunRequest) -> RunHandle:
+        """`astart`: the run's workflow as a task of the caller's event loop."""
+        run_id, spec = self._spec(run)
+        if run.run_id is not None and await DBOS.get_workflow_status_async(run_id) is not None:
+            return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
+        _begin_trace(run_id, run.agent, spec)
+        return RunHandle(run_id, await _start(run_id, spec))
 
     @off_event_loop
     def start(
@@ -397,25 +401,10 @@ class DurableSwarm:
         twice (the other arguments are then ignored). `budget` limits this run's model calls,
         tokens and cost (default: the swarm's `budget`; see `Budget`).
         """
-        attach = run_id is not None  # a new UUID cannot name an existing run: no lookup
-        run_id, spec = self._prepare(
-            agent,
-            messages,
-            context_variables,
-            model_override,
-            stream,
-            debug,
-            max_turns,
-            execute_tools,
-            run_id,
-            after_work,
-            agents,
-            budget,
-        )
-        if attach and DBOS.get_workflow_status(run_id) is not None:
-            return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
-        _begin_trace(run_id, agent, spec)
-        return RunHandle(run_id, on_loop=_dbos.on_dbos_loop(_start(run_id, spec)))
+        return self._start(RunRequest(
+            agent, messages, context_variables, model_override, stream, debug, max_turns,
+            execute_tools, after_work, agents, run_id, budget,
+        ))  # fmt: skip
 
     async def astart(
         self,
@@ -434,25 +423,10 @@ class DurableSwarm:
         budget: Budget | None = None,
     ) -> RunHandle:
         """`start` for async code (the run executes on the caller's event loop)."""
-        attach = run_id is not None  # a new UUID cannot name an existing run: no lookup
-        run_id, spec = self._prepare(
-            agent,
-            messages,
-            context_variables,
-            model_override,
-            stream,
-            debug,
-            max_turns,
-            execute_tools,
-            run_id,
-            after_work,
-            agents,
-            budget,
-        )
-        if attach and await DBOS.get_workflow_status_async(run_id) is not None:
-            return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
-        _begin_trace(run_id, agent, spec)
-        return RunHandle(run_id, await _start(run_id, spec))
+        return await self._astart(RunRequest(
+            agent, messages, context_variables, model_override, stream, debug, max_turns,
+            execute_tools, after_work, agents, run_id, budget,
+        ))  # fmt: skip
 
     @off_event_loop
     def run(
@@ -479,22 +453,13 @@ class DurableSwarm:
         what it waits for and how to answer (`send_input`, `approve`, `reject`, or the CLI).
         `budget` limits the run (see `start`); the `Response` carries its `usage`.
         """
-        handle = self.start(
-            agent,
-            messages,
-            context_variables,
-            model_override,
-            stream,
-            debug,
-            max_turns,
-            execute_tools,
-            run_id=run_id,
-            after_work=after_work,
-            agents=agents,
-            budget=budget,
-        )
+        handle = self._start(RunRequest(
+            agent, messages, context_variables, model_override, stream, debug, max_turns,
+            execute_tools, after_work, agents, run_id, budget,
+        ))  # fmt: skip
         return handle.events() if stream else handle._result(notice=True)
 
+    @off_event_loop
     def run_and_stream(
         self,
         agent: Agent,
@@ -508,11 +473,10 @@ class DurableSwarm:
         run_id: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         """`run(..., stream=True)` (Swarm's name for it)."""
-        events: Iterator[dict[str, Any]] = self.run(
+        return self._start(RunRequest(
             agent, messages, context_variables, model_override, True, debug, max_turns,
             execute_tools, run_id=run_id,
-        )  # fmt: skip
-        return events
+        )).events()  # fmt: skip
 
     async def arun(
         self,
@@ -531,20 +495,10 @@ class DurableSwarm:
         budget: Budget | None = None,
     ) -> Any:
         """`run` for async code; with `stream=True` returns an async iterator of events."""
-        handle = await self.astart(
-            agent,
-            messages,
-            context_variables,
-            model_override,
-            stream,
-            debug,
-            max_turns,
-            execute_tools,
-            run_id=run_id,
-            after_work=after_work,
-            agents=agents,
-            budget=budget,
-        )
+        handle = await self._astart(RunRequest(
+            agent, messages, context_variables, model_override, stream, debug, max_turns,
+            execute_tools, after_work, agents, run_id, budget,
+        ))  # fmt: skip
         return handle.aevents() if stream else await handle.aresult()
 
     # --- looking at runs -----------------------------------------------------------------

@@ -41,7 +41,15 @@ from ..errors import (
 )
 from ..handoffs import AfterWork, AfterWorkOption
 from ..human import arguments_digest
-from ..loop import ListTools, ModelCall, ToolCall, Transition, WaitForInput, turn_loop
+from ..loop import (
+    ListTools,
+    ModelCall,
+    RunRequest,
+    ToolCall,
+    Transition,
+    WaitForInput,
+    turn_loop,
+)
 from ..runtime import _debug_tool, adrive
 from ..subagents import delegation_task, final_answer, is_delegation
 from ..tools import (
@@ -344,18 +352,16 @@ class DurableRuntime:
 
     def __init__(
         self,
-        run_id: str,
-        stream: bool,
+        run: RunRequest,
         model_retries: int = DEFAULT_MODEL_RETRIES,
-        budget: Budget | None = None,
         prices: dict[str, dict[str, float]] | None = None,
         trace: tracing.Run | None = None,
         max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
     ) -> None:
-        self.run_id = run_id
-        self.stream = stream
+        assert run.run_id is not None
+        self.run_id: str = run.run_id
         self.model_retries = model_retries
-        self.budget = budget
+        self.budget = run.budget  # raised by `resume(run_id, budget=...)` while the run waits
         self.prices = prices or {}
         self.tally = Tally()
         self.trace = trace  # this execution's run span (ended by `adrive`)
@@ -779,7 +785,7 @@ async def _run(run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
     agent = await HOST.await_agent(run_id, spec["agent"])
     agents = [await HOST.await_agent(run_id, ref) for ref in spec.get("agents") or []]
     max_turns = spec.get("max_turns")
-    loop = turn_loop(
+    run = RunRequest(
         agent,
         spec["messages"],
         spec.get("context_variables") or {},
@@ -790,8 +796,9 @@ async def _run(run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
         execute_tools=spec.get("execute_tools", True),
         after_work=await decode_target(run_id, spec.get("after_work")),
         agents=agents,
+        run_id=run_id,
+        budget=Budget.from_json(spec["budget"]) if "budget" in spec else HOST.default_budget,
     )
-    budget = Budget.from_json(spec["budget"]) if "budget" in spec else HOST.default_budget
     prices = spec.get("prices", HOST.default_prices)
     # The span opened when the run was started in this process, else a new one in the run's
     # trace (a recovered or resumed execution continues the trace stored with the run).
@@ -800,13 +807,11 @@ async def _run(run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
     )
     retries = spec.get("model_retries", DEFAULT_MODEL_RETRIES)
     limit = spec.get("max_result_chars") or DEFAULT_MAX_RESULT_CHARS
-    runtime = DurableRuntime(
-        run_id, bool(spec.get("stream")), retries, budget, prices, trace, limit
-    )
+    runtime = DurableRuntime(run, retries, prices, trace, limit)
     try:
-        response = await adrive(loop, runtime)
+        response = await adrive(turn_loop(run), runtime)
     finally:
-        if spec.get("stream"):
+        if run.stream:
             await DBOS.close_stream_async(EVENTS_STREAM)
     return {
         "messages": runtime.compact(response.messages),
