@@ -52,7 +52,7 @@ UNFINISHED = ["PENDING", "ENQUEUED"]
 def count_runs(status: str | list[str], kind: str) -> int:
     from dbos import DBOS
 
-    from durable_swarm.durable._workflow import WORKFLOW_NAME
+    from durable_swarm.durable._log import WORKFLOW_NAME
 
     name = "bench.bare_run" if kind == "bare" else WORKFLOW_NAME
     runs = DBOS.list_workflows(status=status, name=name, load_input=False, load_output=False)

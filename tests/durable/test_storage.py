@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from durable_swarm import Agent, Result
-from durable_swarm.durable._workflow import context_after, context_changes, context_snapshot
+from durable_swarm.durable._log import context_after, context_changes, context_snapshot
 from durable_swarm.testing import ScriptedClient, ToolCall, calls, text
 
 ENTRY = "n" * 100

@@ -15,9 +15,9 @@ if TYPE_CHECKING:
     from ._database import resolve_database_url
     from ._dbos import shutdown
     from ._listing import PendingApproval
+    from ._log import SCHEMA_VERSION, JsonSerializer, RunError
     from ._ownership import PROCESSES_TABLE
     from ._runs import RunInfo, StepRecord
-    from ._serializer import SCHEMA_VERSION, JsonSerializer, RunError
     from ._swarm import DurableSwarm, RunHandle
     from ._worker import DEFAULT_CONCURRENCY, Worker, run_worker
 
@@ -48,9 +48,9 @@ __getattr__ = attribute_loader(
         "._database": ("resolve_database_url",),
         "._dbos": ("shutdown",),
         "._listing": ("PendingApproval",),
+        "._log": ("SCHEMA_VERSION", "JsonSerializer", "RunError"),
         "._ownership": ("PROCESSES_TABLE",),
         "._runs": ("RunInfo", "StepRecord"),
-        "._serializer": ("SCHEMA_VERSION", "JsonSerializer", "RunError"),
         "._swarm": ("DurableSwarm", "RunHandle"),
         "._worker": ("DEFAULT_CONCURRENCY", "Worker", "run_worker"),
     },

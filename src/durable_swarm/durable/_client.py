@@ -25,10 +25,9 @@ from . import _dbos
 from ._control import ClientSource, RunControl
 from ._database import display_url, is_postgres, resolve_database_url, sqlite_path
 from ._listing import PendingApproval
-from ._runs import RunInfo, restore_contents, step_outputs
-from ._serializer import JsonSerializer, naming_run
+from ._log import EVENTS_STREAM, WORKFLOW_NAME, JsonSerializer, naming_run, restore_contents
+from ._runs import RunInfo, step_outputs
 from ._values import check_input
-from ._workflow import EVENTS_STREAM, WORKFLOW_NAME
 
 __all__ = ["DEFAULT_QUEUE", "ClientRunHandle", "DurableClient"]
 

@@ -16,9 +16,9 @@ from ..errors import DurableSwarmError, RunNotFoundError
 from ..usage import Budget, check_budget
 from ._decisions import Decision, DecisionLog, payload
 from ._listing import PendingApproval, RunQuery, check_statuses
+from ._log import BUDGET_TOPIC, WAITING_EVENT
 from ._notices import Notices
 from ._runs import RunInfo, read_run, step_record, summarize, tally_steps
-from ._workflow import BUDGET_TOPIC, WAITING_EVENT
 
 __all__ = ["FINISHED", "LIVE", "ClientSource", "RunControl"]
 

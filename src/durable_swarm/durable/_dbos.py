@@ -15,8 +15,8 @@ from .._aio import in_event_loop
 from ..errors import DatabaseUnavailableError, DurableSwarmError
 from ._database import describe_fault, display_url, prepare_sqlite
 from ._failures import quiet_tracebacks
+from ._log import REPLAY_VERSION, JsonSerializer
 from ._ownership import Ownership, gate_queues, new_executor_id, timing
-from ._serializer import SCHEMA_VERSION, JsonSerializer
 
 __all__ = [
     "APPLICATION_VERSION",
@@ -31,9 +31,10 @@ __all__ = [
     "shutdown",
 ]
 
-# Recovery only picks up runs of the same application version, so it follows the log format
-# (not the library's or the app's code): upgrading either never orphans runs in flight.
-APPLICATION_VERSION = f"durable-swarm-log-v{SCHEMA_VERSION}"
+# Recovery only picks up runs of the same application version, so it follows the log's
+# replay contract (`_log.REPLAY_VERSION`), not the library's or the app's code: upgrading
+# either never orphans runs in flight.
+APPLICATION_VERSION = f"durable-swarm-log-v{REPLAY_VERSION}"
 APP_NAME = "durable_swarm"
 
 T = TypeVar("T")

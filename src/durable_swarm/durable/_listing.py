@@ -20,8 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
 from ..errors import DurableSwarmError
-from ._serializer import JsonSerializer
-from ._workflow import WAITING_EVENT, WORKFLOW_NAME
+from ._log import MESSAGE_STEPS, WAITING_EVENT, WORKFLOW_NAME, JsonSerializer
 
 __all__ = ["STATUS_NAMES", "PendingApproval", "RunQuery", "check_statuses"]
 
@@ -35,8 +34,7 @@ _DBOS_STATUSES = {
     "cancelled": ["CANCELLED"],
 }
 STATUS_NAMES = tuple(_DBOS_STATUSES)
-# Steps whose stored output holds a message's text: model and tool calls, a person's answer.
-_MESSAGE_STEPS = ("model:%", "tool:%")
+# The step whose stored output holds a person's answer.
 _ANSWER_STEP = "DBOS.recv"
 _SET_EVENT_STEP = "DBOS.setEvent"
 
@@ -227,7 +225,7 @@ class RunQuery:
             .where(
                 op.c.workflow_uuid == ws.c.workflow_uuid,
                 sa.or_(
-                    *(op.c.function_name.like(p) for p in _MESSAGE_STEPS),
+                    *(op.c.function_name.like(p) for p in MESSAGE_STEPS),
                     op.c.function_name == _ANSWER_STEP,
                 ),
                 op.c.output.ilike(raw, escape="\\"),
@@ -323,7 +321,7 @@ class RunQuery:
             return usage
         op = self._tables.operation_outputs
         query = sa.select(op.c.workflow_uuid, op.c.output).where(
-            op.c.workflow_uuid.in_(run_ids), op.c.function_name.like(_MESSAGE_STEPS[0])
+            op.c.workflow_uuid.in_(run_ids), op.c.function_name.like(MESSAGE_STEPS[0])
         )
         with self._engine.connect() as conn:
             rows = conn.execute(query).all()
@@ -394,7 +392,7 @@ class RunQuery:
             .select_from(op.join(ws, ws.c.workflow_uuid == op.c.workflow_uuid))
             .where(
                 ws.c.name == WORKFLOW_NAME,
-                op.c.function_name.like(_MESSAGE_STEPS[0]),
+                op.c.function_name.like(MESSAGE_STEPS[0]),
                 op.c.output.is_not(None),
             )
             .subquery()

@@ -6,7 +6,6 @@ any process on the same database, including one that has none of the agents' cod
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -15,13 +14,12 @@ from dbos import DBOS
 
 from ..errors import RunNotFoundError
 from ..usage import Tally, Usage
-from ._workflow import IN_STEP, WAITING_EVENT, WORKFLOW_NAME, context_after
+from ._log import WAITING_EVENT, context_after, restore_contents, spec_of, step_kind
 
 __all__ = [
     "RunInfo",
     "StepRecord",
     "read_run",
-    "restore_contents",
     "run_status",
     "step_outputs",
     "step_record",
@@ -37,6 +35,9 @@ STATUSES = (
     "failed",
     "cancelled",
 )
+# How often `_consistent_read` reads a moving run again before it gives the last read (a wait
+# answered and the next one set between two reads each time, many times in a row).
+_READ_ATTEMPTS = 20
 _DBOS_STATUS = {
     "PENDING": "pending",
     "ENQUEUED": "pending",
@@ -127,13 +128,6 @@ def _time(epoch_ms: int | None) -> datetime | None:
     return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc) if epoch_ms else None
 
 
-def _spec(status: Any) -> dict[str, Any]:
-    inputs = status.input or {}
-    args = inputs.get("args") if isinstance(inputs, dict) else None
-    spec = args[0] if args else {}
-    return spec if isinstance(spec, dict) else {}
-
-
 def run_status(dbos_status: str, waiting: dict[str, Any] | None) -> str:
     """This library's status name for a DBOS status (and what the run waits for, if anything)."""
     status = _DBOS_STATUS.get(dbos_status, "pending")
@@ -150,7 +144,7 @@ def _error_text(error: Any) -> str | None:
 
 def summarize(status: Any, waiting: dict[str, Any] | None = None) -> RunInfo:
     """A `RunInfo` from the workflow's status row alone (no steps): what `list_runs` shows."""
-    spec = _spec(status)
+    spec = spec_of(status)
     output = status.output if isinstance(status.output, dict) else {}
     agent = (output.get("agent") or spec.get("agent") or {}).get("name")
     tally = Tally.from_json(output["usage"]) if "usage" in output else None
@@ -182,24 +176,9 @@ def tally_steps(steps: list[StepRecord]) -> Tally:
     return tally
 
 
-# DBOS's own operations, by what they mean in a run.
-_DBOS_KINDS = {
-    "DBOS.recv": "wait",
-    "DBOS.sleep": "timer",
-    "DBOS.setEvent": "event",
-    "DBOS.getResult": "join",
-    "DBOS.writeStream": "stream",
-    "DBOS.closeStream": "stream",
-    WORKFLOW_NAME: "subagent",
-}
-
-
 def step_record(step: Any) -> StepRecord:
     """A `StepRecord` from one of DBOS's `list_workflow_steps` rows."""
-    name = step["function_name"]
-    kind, _, short = (
-        name.partition(":") if ":" in name else (_DBOS_KINDS.get(name, "dbos"), "", name)
-    )
+    kind, short = step_kind(step["function_name"])
     return StepRecord(
         step=step["function_id"],
         kind=kind,
@@ -212,30 +191,34 @@ def step_record(step: Any) -> StepRecord:
     )
 
 
-def restore_contents(
-    messages: list[dict[str, Any]], steps: Callable[[], Iterable[tuple[int, Any]]]
-) -> list[dict[str, Any]]:
-    """`messages` from a run's result with each tool message's content taken back from the step
-    that stored it (`steps()` gives `(step number, output)`, read only when needed)."""
-    if not any(isinstance(m, dict) and IN_STEP in m for m in messages):
-        return messages
-    outputs = dict(steps())
-    restored = []
-    for message in messages:
-        step = message.get(IN_STEP) if isinstance(message, dict) else None
-        if step is not None and message.get("role") == "tool":
-            output = outputs.get(step)
-            stored = output.get("message") if isinstance(output, dict) else None
-            content = stored.get("content") if isinstance(stored, dict) else None
-            message = {k: v for k, v in message.items() if k != IN_STEP}
-            message["content"] = content
-        restored.append(message)
-    return restored
-
-
 def step_outputs(source: Any, run_id: str) -> list[tuple[int, Any]]:
     """`(step number, output)` of every step of a run, from DBOS or a thin client's source."""
     return [(s["function_id"], s["output"]) for s in source.list_workflow_steps(run_id)]
+
+
+def _waiting(source: Any, run_id: str) -> dict[str, Any] | None:
+    found: dict[str, Any] | None = source.get_all_events(run_id).get(WAITING_EVENT) or None
+    return found
+
+
+def _consistent_read(run_id: str, source: Any) -> tuple[Any, dict[str, Any] | None, list[Any]]:
+    """A run's status row, what it waits for and its steps, as they were at one moment.
+
+    They are three reads, and the run moves meanwhile: a wait answered between the read of the
+    `waiting_for` event and the read of the steps would show the old question beside the steps
+    that came after it. So the event is read again after the steps, and the whole read repeated
+    until both reads agree (a run never returns to a wait it left: each wait has its own
+    `wait_id`); steps added while the run waits on one question belong to that wait.
+    """
+    for _ in range(_READ_ATTEMPTS):
+        waiting = _waiting(source, run_id)
+        status = source.get_workflow_status(run_id)
+        if status is None:
+            raise RunNotFoundError(run_id)
+        steps = source.list_workflow_steps(run_id)
+        if _waiting(source, run_id) == waiting:
+            break
+    return status, waiting, steps
 
 
 def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
@@ -243,15 +226,13 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
 
     `source` reads the log: DBOS in a process that launched it, or any object with DBOS's
     `get_workflow_status`, `get_all_events` and `list_workflow_steps` (a thin client's adapter).
+    What the run waits for and its steps are read as they were at one moment (see
+    `_consistent_read`).
     """
-    status = source.get_workflow_status(run_id)
-    if status is None:
-        raise RunNotFoundError(run_id)
-    events = source.get_all_events(run_id)
-    waiting = events.get(WAITING_EVENT) or None
+    status, waiting, steps = _consistent_read(run_id, source)
     info = summarize(status, waiting)
-    spec = _spec(status)
-    info.steps = [step_record(s) for s in source.list_workflow_steps(run_id)]
+    spec = spec_of(status)
+    info.steps = [step_record(s) for s in steps]
     messages = list(spec.get("messages") or [])
     context = dict(spec.get("context_variables") or {})
     agent = (spec.get("agent") or {}).get("name")

@@ -25,9 +25,9 @@ from ._control import RunControl
 from ._database import resolve_database_url
 from ._failures import DEFAULT_MODEL_RETRIES
 from ._listing import PendingApproval
+from ._log import naming_run, restore_contents
 from ._ownership import timing
-from ._runs import RunInfo, read_run, restore_contents, step_outputs
-from ._serializer import naming_run
+from ._runs import RunInfo, read_run, step_outputs
 from ._values import DEFAULT_MAX_RESULT_CHARS, check_input
 from ._workflow import (
     EVENTS_STREAM,

@@ -1,6 +1,6 @@
 """What a durable run may store: JSON values, checked where they enter, with limits on size.
 
-A run's log is JSON (see `_serializer`), so every value a run stores must be JSON: `None`, bools,
+A run's log is JSON (see `_log`), so every value a run stores must be JSON: `None`, bools,
 numbers (finite), strings, lists and dicts with string keys. Tuples are accepted and stored as
 lists (they come back as lists). Anything else (a `datetime`, `NaN`/infinity, a set, bytes, an
 object, an integer key) is refused where it enters, with the key that holds it, before anything

@@ -7,7 +7,7 @@ usage the server reported, the model name requested and the call's price in USD 
 unknown); the tool message, the changes the tool made to the context (so in-place changes
 replay without running the tool) and the handoff target by agent name and fingerprint.
 Replaying the recorded outputs through the same loop rebuilds the run's state exactly, which is
-how a killed process resumes.
+how a killed process resumes. `_log` owns these shapes, their versions and how they are read.
 """
 
 from __future__ import annotations
@@ -66,6 +66,17 @@ from . import _dbos
 from ._database import describe_fault, display_url
 from ._dbos import tool_executor
 from ._failures import DEFAULT_MODEL_RETRIES, model_failure, without_retries
+from ._log import (
+    BUDGET_TOPIC,
+    EVENTS_STREAM,
+    INLINE_CHARS,
+    WAITING_EVENT,
+    WORKFLOW_NAME,
+    context_after,
+    context_changes,
+    context_snapshot,
+    stored_in_step,
+)
 from ._notices import Notices
 from ._values import DEFAULT_MAX_RESULT_CHARS, json_problem
 
@@ -74,14 +85,6 @@ logger = logging.getLogger("durable_swarm")
 run_log = logging.getLogger("durable_swarm.runs")
 T = TypeVar("T")
 
-WORKFLOW_NAME = "durable_swarm.run"
-EVENTS_STREAM = "events"
-WAITING_EVENT = "waiting_for"
-BUDGET_TOPIC = "budget"  # messages raising a run's budget (see `DurableRuntime._check_budget`)
-# A tool result longer than this is stored once, in its step's output: the run's result keeps
-# `{"role": "tool", ..., "content": None, IN_STEP: step}` (see `_runs.restore_contents`).
-IN_STEP = "content_in_step"
-INLINE_CHARS = 1000
 # A wait re-arms after this long; it may go on for as long as it takes.
 WAIT_SECONDS = 7 * 24 * 3600.0
 JOIN_POLL_SECONDS = 0.1
@@ -229,42 +232,6 @@ def _transient(error: BaseException) -> bool:
             openai.InternalServerError,
         ),
     )
-
-
-def context_snapshot(context: dict[str, Any]) -> dict[str, str]:
-    """Each context variable as JSON text (non-JSON values by their repr: storing them fails
-    later, in `_check_json`), to find what a tool step changed."""
-    return {key: json.dumps(value, default=repr) for key, value in context.items()}
-
-
-def context_changes(before: dict[str, str], context: dict[str, Any]) -> dict[str, Any] | None:
-    """What a tool step did to the context, as stored in its output: the variables it set (new
-    or changed values) and the names it removed; None if nothing changed. Storing the change,
-    not the whole context, keeps a long run's log linear in its length."""
-    changed = {
-        key: value
-        for key, value in context.items()
-        if before.get(key) != json.dumps(value, default=repr)
-    }
-    removed = [key for key in before if key not in context]
-    if not changed and not removed:
-        return None
-    return {"set": changed, **({"removed": removed} if removed else {})}
-
-
-def context_after(context: dict[str, Any], output: dict[str, Any]) -> dict[str, Any]:
-    """The context after a recorded tool step: `context` (the context before it, updated in
-    place as the tool itself did) with the step's `context_changes` applied. Logs written
-    before changes were stored hold the whole context (`context_variables`) instead."""
-    if "context_variables" in output:
-        whole: dict[str, Any] = output["context_variables"]
-        return whole
-    changes = output.get("context_changes")
-    if changes:
-        for key in changes.get("removed", ()):
-            context.pop(key, None)
-        context.update(changes["set"])
-    return context
 
 
 def _raiser(error: BaseException) -> Any:
@@ -631,8 +598,9 @@ class DurableRuntime:
         for message in messages:
             kept, step = self._stored.get(id(message), (None, None))
             content = message.get("content")
-            if kept is message and isinstance(content, str) and len(content) > INLINE_CHARS:
-                message = {**message, "content": None, IN_STEP: step}
+            long = isinstance(content, str) and len(content) > INLINE_CHARS
+            if kept is message and step is not None and long:
+                message = stored_in_step(message, step)
             compacted.append(message)
         return compacted
 

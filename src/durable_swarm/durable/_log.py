@@ -1,0 +1,306 @@
+"""The run log's format: what a durable run stores, how it is written and how it is read back.
+
+Every payload DBOS stores for a run (the workflow's input, each step's output, events, stream
+items, messages sent to the run, the result, errors) goes through `JsonSerializer` as
+`{"schema_version": N, "value": ...}`: JSON, never pickle, so the CLI, the web console and SQL can
+read the log. Reading a payload parses JSON and calls nothing named by it, except to rebuild a
+stored error as one of this library's own error classes (looked up by name in
+`durable_swarm.errors`, built from its stored fields); nothing is imported or evaluated. A
+library that meets a newer `schema_version` than it writes refuses it with an error that says
+to upgrade.
+
+Versions (what changed in the stored shapes; this library reads every one of them):
+1. A tool step's output holds the whole context after the tool (`context_variables`); the run's
+   result holds every tool message's content.
+2. A tool step's output holds only the changes the tool made (`context_changes`: `set` and
+   `removed`), or the whole context (`context_variables`) when the tool's changes were refused
+   (the context as it was before); a tool result longer than `INLINE_CHARS` is stored once, in
+   its step's output (`step` names that step), and the run's result keeps that tool message with
+   `content: None` and `IN_STEP: <step>`.
+
+The shapes, by where they are stored:
+- the workflow's input (`spec`): `agent` (name and fingerprint), `messages`,
+  `context_variables`, and the run's options (`spec_of` reads it back);
+- a model step `model:<agent>`: `message`, `usage`, `model`, `cost_usd`;
+- a tool step `tool:<name>`: `message`, and when present `context_changes` or
+  `context_variables`, `handoff`, `ask`, `step` (`context_after` applies them);
+- a handoff step `handoff:<from>-><to>`, a tool list `tools:<server>`, a budget refusal
+  `budget:<limit>`;
+- the `WAITING_EVENT` event: what the run waits for (`wait_id`, `kind`, `agent`, `prompt`,
+  `tool_call`, `digest`), None while it does not wait; the answers it receives (`DBOS.recv`
+  steps): `{"text", "by", "at"}` or a decision;
+- the result: `messages` (new ones only), `agent`, `context_variables`, `usage`
+  (`restore_contents` puts long tool results back).
+
+`REPLAY_VERSION` is separate from `SCHEMA_VERSION`: it names DBOS's `application_version`, which
+decides which processes recover and dequeue a run, and changes only when this library can no
+longer continue a run started by an earlier one, so upgrading never orphans runs in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from datetime import date, datetime
+from typing import Any
+
+from dbos._serialization import Serializer
+
+from .. import errors
+from ..errors import DurableSwarmError, RunError
+
+__all__ = [
+    "BUDGET_TOPIC",
+    "EVENTS_STREAM",
+    "INLINE_CHARS",
+    "IN_STEP",
+    "MESSAGE_STEPS",
+    "REPLAY_VERSION",
+    "SCHEMA_VERSION",
+    "WAITING_EVENT",
+    "WORKFLOW_NAME",
+    "JsonSerializer",
+    "RunError",
+    "context_after",
+    "context_changes",
+    "context_snapshot",
+    "naming_run",
+    "restore_contents",
+    "spec_of",
+    "step_kind",
+    "stored_in_step",
+]
+
+# The version of the stored shapes this library writes (see the module docstring).
+SCHEMA_VERSION = 2
+# DBOS's application version is `durable-swarm-log-v{REPLAY_VERSION}` (see the module docstring).
+REPLAY_VERSION = 1
+
+WORKFLOW_NAME = "durable_swarm.run"
+EVENTS_STREAM = "events"
+WAITING_EVENT = "waiting_for"
+BUDGET_TOPIC = "budget"  # messages raising a run's budget (see `DurableRuntime._check_budget`)
+# A tool result longer than this is stored once, in its step's output: the run's result keeps
+# `{"role": "tool", ..., "content": None, IN_STEP: step}` (see `restore_contents`).
+IN_STEP = "content_in_step"
+INLINE_CHARS = 1000
+# Steps whose stored output holds a message (`message`): model and tool calls (SQL LIKE patterns).
+MESSAGE_STEPS = ("model:%", "tool:%")
+
+# DBOS's own operations, by what they mean in a run.
+_DBOS_KINDS = {
+    "DBOS.recv": "wait",
+    "DBOS.sleep": "timer",
+    "DBOS.setEvent": "event",
+    "DBOS.getResult": "join",
+    "DBOS.writeStream": "stream",
+    "DBOS.closeStream": "stream",
+    WORKFLOW_NAME: "subagent",
+}
+
+
+def step_kind(function_name: str) -> tuple[str, str]:
+    """A step's kind and short name from the name DBOS records for it: `tool:lookup` is
+    `("tool", "lookup")`; DBOS's own operations get their meaning (`DBOS.recv` is `"wait"`)."""
+    if ":" in function_name:
+        kind, _, short = function_name.partition(":")
+        return kind, short
+    return _DBOS_KINDS.get(function_name, "dbos"), function_name
+
+
+# --- the workflow's input -----------------------------------------------------------------------
+
+
+def spec_of(status: Any) -> dict[str, Any]:
+    """The workflow input (`spec`) of a run from its DBOS status row; `{}` if it has none."""
+    inputs = status.input or {}
+    args = inputs.get("args") if isinstance(inputs, dict) else None
+    spec = args[0] if args else {}
+    return spec if isinstance(spec, dict) else {}
+
+
+# --- tool steps: the context ---------------------------------------------------------------------
+
+
+def context_snapshot(context: dict[str, Any]) -> dict[str, str]:
+    """Each context variable as JSON text (non-JSON values by their repr: the tool step refuses
+    them), to find what a tool step changed."""
+    return {key: json.dumps(value, default=repr) for key, value in context.items()}
+
+
+def context_changes(before: dict[str, str], context: dict[str, Any]) -> dict[str, Any] | None:
+    """What a tool step did to the context, as stored in its output: the variables it set (new
+    or changed values) and the names it removed; None if nothing changed. Storing the change,
+    not the whole context, keeps a long run's log linear in its length."""
+    changed = {
+        key: value
+        for key, value in context.items()
+        if before.get(key) != json.dumps(value, default=repr)
+    }
+    removed = [key for key in before if key not in context]
+    if not changed and not removed:
+        return None
+    return {"set": changed, **({"removed": removed} if removed else {})}
+
+
+def context_after(context: dict[str, Any], output: dict[str, Any]) -> dict[str, Any]:
+    """The context after a recorded tool step: `context` (the context before it, updated in
+    place as the tool itself did) with the step's `context_changes` applied; the step's whole
+    context instead when it stores one (every schema-1 tool step; a refused tool's in schema 2)."""
+    if "context_variables" in output:
+        whole: dict[str, Any] = output["context_variables"]
+        return whole
+    changes = output.get("context_changes")
+    if changes:
+        for key in changes.get("removed", ()):
+            context.pop(key, None)
+        context.update(changes["set"])
+    return context
+
+
+# --- the result: long tool results stored once ------------------------------------------------
+
+
+def stored_in_step(message: dict[str, Any], step: int) -> dict[str, Any]:
+    """How the run's result keeps a tool message whose content its step `step` stores."""
+    return {**message, "content": None, IN_STEP: step}
+
+
+def restore_contents(
+    messages: list[dict[str, Any]], steps: Callable[[], Iterable[tuple[int, Any]]]
+) -> list[dict[str, Any]]:
+    """`messages` from a run's result with each tool message's content taken back from the step
+    that stored it (`steps()` gives `(step number, output)`, read only when needed)."""
+    if not any(isinstance(m, dict) and IN_STEP in m for m in messages):
+        return messages
+    outputs = dict(steps())
+    restored = []
+    for message in messages:
+        step = message.get(IN_STEP) if isinstance(message, dict) else None
+        if step is not None and message.get("role") == "tool":
+            output = outputs.get(step)
+            stored = output.get("message") if isinstance(output, dict) else None
+            content = stored.get("content") if isinstance(stored, dict) else None
+            message = {k: v for k, v in message.items() if k != IN_STEP}
+            message["content"] = content
+        restored.append(message)
+    return restored
+
+
+# --- the serializer ------------------------------------------------------------------------------
+
+# The internal marker of a stored error. A user's key that looks like it (`__error__`, or it with
+# more leading underscores) is stored with one more leading underscore and loses it on reading,
+# so no user value can be mistaken for an error, and every key comes back as it was.
+_ERROR = "__error__"
+_LOOKS_LIKE_MARKER = re.compile(r"_*__error__")
+
+
+def _escape(key: Any) -> str:
+    key = str(key)
+    return "_" + key if _LOOKS_LIKE_MARKER.fullmatch(key) else key
+
+
+def _unescape(key: str) -> str:
+    return key[1:] if key != _ERROR and _LOOKS_LIKE_MARKER.fullmatch(key) else key
+
+
+def _encode(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {_escape(k): _encode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v) for v in value]
+    if isinstance(value, BaseException):
+        fields = value._kwargs() if isinstance(value, DurableSwarmError) else {}
+        message = str(value)
+        causes = getattr(value, "errors", None)  # DBOS's retries-exhausted error keeps them
+        if isinstance(causes, list) and causes and isinstance(causes[-1], BaseException):
+            message += f" (last error: {type(causes[-1]).__name__}: {causes[-1]})"
+        return {
+            _ERROR: {
+                "type": f"{type(value).__module__}.{type(value).__qualname__}",
+                "message": message,
+                "fields": _encode(fields),
+            }
+        }
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return _encode(dump(mode="json"))
+    raise TypeError(
+        f"{type(value).__name__} is not JSON-compatible ({value!r:.80}); durable runs store only "
+        "JSON data (str, numbers, bools, None, lists, dicts)"
+    )
+
+
+def _decode_error(data: Any) -> BaseException:
+    if not isinstance(data, dict):
+        return RunError(f"a malformed error record: {data!r:.200}", error_type="Exception")
+    type_name = str(data.get("type", "Exception"))
+    module, _, name = type_name.rpartition(".")
+    cls = getattr(errors, name, None) if module.startswith("durable_swarm") else None
+    if isinstance(cls, type) and issubclass(cls, DurableSwarmError):
+        try:
+            return cls(**data.get("fields") or {})
+        except TypeError:
+            pass
+    return RunError(str(data.get("message", "")), error_type=type_name)
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if isinstance(value, dict):
+        if set(value) == {_ERROR}:
+            return _decode_error(value[_ERROR])
+        return {_unescape(k): _decode(v) for k, v in value.items()}
+    return value
+
+
+@contextmanager
+def naming_run(run_id: str) -> Iterator[None]:
+    """Fill in `run_id` on a library error raised in this block that does not name its run (a
+    run's error read back from the database does not know which run it belongs to)."""
+    try:
+        yield
+    except DurableSwarmError as e:
+        if "run_id" in e._fields and e._fields["run_id"] is None:
+            e._fields["run_id"] = e.run_id = run_id  # type: ignore[attr-defined]
+        raise
+
+
+class JsonSerializer(Serializer):
+    """DBOS serializer storing versioned JSON (see the module docstring).
+
+    Values are JSON data (tuples are stored as lists; datetimes as ISO text; pydantic models as
+    their JSON dump) and exceptions (their type name, message and, for this library's errors,
+    fields); anything else raises `TypeError`. Reading a payload parses JSON and rebuilds only
+    this library's error classes; any other stored error comes back as `RunError` with the
+    original type name.
+    """
+
+    def serialize(self, data: Any) -> str:
+        return json.dumps({"schema_version": SCHEMA_VERSION, "value": _encode(data)})
+
+    def deserialize(self, serialized_data: str) -> Any:
+        payload = json.loads(serialized_data)
+        if not isinstance(payload, dict) or "schema_version" not in payload:
+            raise ValueError(
+                "This payload was not written by durable-swarm (no schema_version); was the "
+                "database shared with another DBOS application?"
+            )
+        if payload["schema_version"] > SCHEMA_VERSION:
+            raise ValueError(
+                f"This run was written by a newer durable-swarm (log schema "
+                f"{payload['schema_version']}, this one reads up to {SCHEMA_VERSION}); upgrade "
+                "durable-swarm to read it."
+            )
+        return _decode(payload["value"])
+
+    def name(self) -> str:
+        return "durable_swarm_json"
