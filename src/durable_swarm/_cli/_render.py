@@ -8,7 +8,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from ..durable import RunInfo, StepRecord
+from ..durable._runs import RunInfo, StepRecord
 from ._style import Style, ago, clean, duration, local_time, preview
 
 __all__ = [

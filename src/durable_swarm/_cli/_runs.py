@@ -13,9 +13,10 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ..durable import DurableClient, RunInfo, resolve_database_url
+from ..durable._client import DurableClient
 from ..durable._control import FINISHED
-from ..durable._database import display_url
+from ..durable._runs import RunInfo
+from ..durable._database import display_url, resolve_database_url
 from ..errors import DurableSwarmError, RunNotFoundError
 from ._budget import budget_of
 from ._render import (

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..durable import DurableClient
+from ..durable._client import DurableClient
 from ..durable._database import create_engine, display_url, sqlite_path
 from ..errors import DatabaseUnavailableError
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dbos import DBOSClient, EnqueueOptions
 
 from .. import tracing
 from ..errors import DatabaseUnavailableError, DurableSwarmError, RunNotFoundError
-from ..types import Response
 from ..usage import Budget, check_budget
 from . import _dbos
 from ._control import ClientSource, RunControl
@@ -28,6 +27,9 @@ from ._listing import PendingApproval
 from ._log import EVENTS_STREAM, WORKFLOW_NAME, JsonSerializer, naming_run, restore_contents
 from ._runs import RunInfo, step_outputs
 from ._values import check_input
+
+if TYPE_CHECKING:
+    from ..types import Response
 
 __all__ = ["DEFAULT_QUEUE", "ClientRunHandle", "DurableClient"]
 
@@ -99,6 +101,8 @@ class ClientRunHandle:
         with naming_run(self.run_id):
             handle: Any = self._client._dbos.retrieve_workflow(self.run_id)
             output = handle.get_result(polling_interval_sec=self._client.poll_interval)
+        from ..types import Response  # the agent types load the tool machinery: only here
+
         ref = output.get("agent") or {}
         source = self._client._dbos
         return Response(

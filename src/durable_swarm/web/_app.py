@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import StreamingResponse
 
-from ..durable import DurableClient
+from ..durable._client import DurableClient
 from ..durable._listing import STATUS_NAMES
 from ..errors import DurableSwarmError, RunNotFoundError
 from ._metrics import metrics_text

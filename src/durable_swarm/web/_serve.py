@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import sys
 
-from ..durable import DurableClient
+from ..durable._client import DurableClient
 from ..durable._database import display_url
 from ..errors import DurableSwarmError
 

@@ -6,7 +6,8 @@ import json
 from datetime import datetime
 from typing import Any
 
-from ..durable import PendingApproval, RunInfo, StepRecord
+from ..durable._listing import PendingApproval
+from ..durable._runs import RunInfo, StepRecord
 
 __all__ = ["approval_json", "run_detail", "run_summary", "step_json", "tool_arguments"]
 
