@@ -47,7 +47,7 @@ def test_payloads_carry_the_schema_version_this_library_writes() -> None:
 
 def test_a_payload_of_a_newer_schema_is_refused_with_what_to_do() -> None:
     newer = json.dumps({"schema_version": SCHEMA_VERSION + 1, "value": {}})
-    with pytest.raises(ValueError, match="written by a newer durable-swarm .* upgrade"):
+    with pytest.raises(ValueError, match=r"written by a newer durable-swarm .* upgrade"):
         JsonSerializer().deserialize(newer)
 
 

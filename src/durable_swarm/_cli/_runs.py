@@ -15,8 +15,8 @@ from typing import Any
 
 from ..durable._client import DurableClient
 from ..durable._control import FINISHED
-from ..durable._runs import RunInfo
 from ..durable._database import display_url, resolve_database_url
+from ..durable._runs import RunInfo
 from ..errors import DurableSwarmError, RunNotFoundError
 from ._budget import budget_of
 from ._render import (
