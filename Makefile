@@ -23,9 +23,12 @@ demo: $(STAMP)
 
 test: lint typecheck pytest
 
+# lint-imports checks the import contracts in pyproject.toml: the core never imports the durable
+# layer, DBOS or SQLAlchemy, and no modules of the package import each other in a cycle.
 lint: $(STAMP)
 	$(BIN)/ruff check src tests examples benchmarks
 	$(BIN)/ruff format --check src tests examples benchmarks
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import _registry
+from ._response import Response
 from .errors import DurableSwarmError
 from .handoffs import (
     AfterWork,
@@ -50,7 +51,6 @@ from .tools import (
     tool_name,
     tool_spec,
 )
-from .types import Response
 from .util import debug_print
 
 if TYPE_CHECKING:

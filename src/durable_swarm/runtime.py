@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from . import model, tracing
+from ._response import Response
 from .human import Decision
 from .loop import (
     ListTools,
@@ -34,7 +35,6 @@ from .tools import (
     tool_spec,
     unknown_tool,
 )
-from .types import Response
 from .usage import Prices, Tally, Usage, call_cost
 from .util import debug_print
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import tracing
 from .loop import RunRequest, turn_loop
 from .runtime import InMemoryRuntime, adrive, adrive_stream, drive, drive_stream
-from .types import Agent
 from .usage import Prices, check_prices
+
+if TYPE_CHECKING:
+    from .types import Agent
 
 __all__ = ["Swarm"]
 

@@ -10,6 +10,7 @@ durable run recovered in a new process can find the agents it was using.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Union
 
@@ -17,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from . import _registry
 from ._lazy import warn_moved
-from .tools import ToolSource
-from .usage import Usage
+from ._response import Response
+from .tools import TOOL_SPEC_ATTR, ToolSource, ToolSpec
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessage
@@ -94,26 +95,30 @@ class Agent(BaseModel):
 
     def as_tool(self, name: str | None = None, description: str | None = None) -> Any:
         """This agent as a tool for another agent: `delegate_to_<name>(task)` runs it on the
-        task as a sub-agent (a child workflow in durable runs) and returns its answer."""
-        from .subagents import delegation
+        task as a sub-agent and returns its answer.
 
-        return delegation(self, name, description)
+        In a run, the runtime runs the sub-agent itself (with the run's client; in durable runs
+        as a child workflow, see `durable_swarm.subagents`); called directly, the tool runs the
+        agent on a new `Swarm()`.
+        """
+        agent = self
 
+        def delegate(task: str) -> str:
+            from .subagents import final_answer
+            from .swarm import Swarm
 
-class Response(BaseModel):
-    """What `run` returns: the new messages, the agent the run ended on, the updated context.
+            response = Swarm().run(agent, [{"role": "user", "content": task}])
+            return final_answer(response.messages)
 
-    Beyond Swarm's fields: `usage`, the run's token usage and cost (`durable_swarm.usage.Usage`,
-    sub-agents included), and `usage_by_agent`, the same per agent name.
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    messages: list[Any] = []
-    agent: Any | None = None
-    context_variables: dict[str, Any] = {}
-    usage: Usage | None = None
-    usage_by_agent: dict[str, Usage] = {}
+        slug = re.sub(r"[^A-Za-z0-9_-]", "_", self.name).lower()
+        delegate.__name__ = delegate.__qualname__ = name or f"delegate_to_{slug}"
+        delegate.__doc__ = description or (
+            f"Delegate a task to the sub-agent {self.name}, which works on it on its own and "
+            "returns its answer.\n\nArgs:\n    task: what the sub-agent must do, with every "
+            "detail it needs (it does not see this conversation)."
+        )
+        setattr(delegate, TOOL_SPEC_ATTR, ToolSpec(name=delegate.__name__, delegate=self))
+        return delegate
 
 
 class Result(BaseModel):
