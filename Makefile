@@ -60,6 +60,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/storage.py
 	$(BIN)/python benchmarks/mcp_tools.py
 	$(BIN)/python benchmarks/console.py
+	$(BIN)/python benchmarks/import_time.py
 
 # Small runs of the benchmarks (CI runs this once, so they cannot rot); the figures are noisy.
 bench-quick: $(STAMP)
@@ -69,6 +70,7 @@ bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/storage.py --quick
 	$(BIN)/python benchmarks/mcp_tools.py --quick
 	$(BIN)/python benchmarks/console.py --quick
+	$(BIN)/python benchmarks/import_time.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

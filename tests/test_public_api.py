@@ -185,9 +185,10 @@ def test_every_public_name_resolves_and_is_documented(module: str) -> None:
             assert name in (mod.__doc__ or ""), f"{module}.{name} is not in {module}'s docstring"
 
 
-def _loaded_after(code: str) -> dict[str, bool]:
-    """Run `code` in a fresh interpreter; which of the watched modules it loaded."""
-    watched = (*DURABLE, *OPTIONAL, "openai", "genai_prices")
+def _loaded_after(
+    code: str, watched: tuple[str, ...] = (*DURABLE, *OPTIONAL, "openai", "genai_prices")
+) -> dict[str, bool]:
+    """Run `code` in a fresh interpreter; which of the `watched` modules it loaded."""
     report = f"print(json.dumps({{m: m in sys.modules for m in {watched!r}}}))"
     probe = f"{code}\nimport json, sys\n{report}"
     out = subprocess.run(
@@ -222,6 +223,20 @@ def test_a_durable_name_loads_the_durable_layer_when_used() -> None:
     loaded = _loaded_after("import durable_swarm\ndurable_swarm.DurableSwarm")
 
     assert all(loaded[name] for name in DURABLE)
+
+
+def test_the_command_loads_no_turn_loop_worker_or_web_app_until_a_command_needs_one() -> None:
+    running = ("durable_swarm.loop", "durable_swarm.durable._worker", "durable_swarm.web._app")
+    code = (
+        "import contextlib, io\n"
+        "from durable_swarm.cli import main\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['--version'])"
+    )
+
+    loaded = _loaded_after(code, running)
+
+    assert [name for name in running if loaded[name]] == []
 
 
 def test_durable_client_is_exported_at_the_top_level() -> None:

@@ -36,16 +36,16 @@ import os
 import sys
 from collections.abc import Sequence
 
+# Only what reads runs is imported here; a command that runs agents (`chat`, `worker`, `serve`)
+# imports the turn loop, the worker or the web app when it is chosen.
 from . import __version__
 from ._cli._budget import add_budget_options, budget_of
-from ._cli._chat import cmd_chat
 from ._cli._demo import DEFAULT_DEMO, cmd_demo
 from ._cli._runs import HANDLERS, parse_time
 from ._cli._store import CliError
 from ._cli._style import Style, clean, use_color
-from .durable import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, run_worker
+from .durable import DEFAULT_CONCURRENCY, DEFAULT_QUEUE
 from .durable._runs import STATUSES
-from .durable._workflow import HOST
 from .errors import DurableSwarmError
 
 __all__ = ["build_parser", "main"]
@@ -255,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="one durable conversation: start it, or continue it after a stop or a crash",
     )
     add_budget_options(chat, "each run (turn or session) stops once it reaches this budget")
-    chat.set_defaults(handler=cmd_chat)
+    chat.set_defaults(handler=_cmd_chat)
 
     worker = commands.add_parser(
         "worker",
@@ -339,8 +339,18 @@ def _cmd_completion(args: argparse.Namespace, style: Style) -> int:
     return 0
 
 
+def _cmd_chat(args: argparse.Namespace, style: Style) -> int:
+    """`chat`: see `_cli._chat.cmd_chat`."""
+    from ._cli._chat import cmd_chat
+
+    return cmd_chat(args, style)
+
+
 def _cmd_worker(args: argparse.Namespace, style: Style) -> int:
     """`worker`: serve a queue until SIGTERM or Ctrl-C."""
+    from .durable import run_worker
+    from .durable._workflow import HOST
+
     HOST.default_budget = budget_of(args) or HOST.default_budget
     run_worker(
         args.target,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from .._lazy import attribute_loader
 
 if TYPE_CHECKING:
-    from ._client import DEFAULT_QUEUE, ClientRunHandle, DurableClient
+    from ._client import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, ClientRunHandle, DurableClient
     from ._database import resolve_database_url
     from ._dbos import shutdown
     from ._listing import PendingApproval
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ._ownership import PROCESSES_TABLE
     from ._runs import RunInfo, StepRecord
     from ._swarm import DurableSwarm, RunHandle
-    from ._worker import DEFAULT_CONCURRENCY, Worker, run_worker
+    from ._worker import Worker, run_worker
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -44,7 +44,7 @@ __all__ = [
 __getattr__ = attribute_loader(
     __name__,
     {
-        "._client": ("DEFAULT_QUEUE", "ClientRunHandle", "DurableClient"),
+        "._client": ("DEFAULT_CONCURRENCY", "DEFAULT_QUEUE", "ClientRunHandle", "DurableClient"),
         "._database": ("resolve_database_url",),
         "._dbos": ("shutdown",),
         "._listing": ("PendingApproval",),
@@ -52,6 +52,6 @@ __getattr__ = attribute_loader(
         "._ownership": ("PROCESSES_TABLE",),
         "._runs": ("RunInfo", "StepRecord"),
         "._swarm": ("DurableSwarm", "RunHandle"),
-        "._worker": ("DEFAULT_CONCURRENCY", "Worker", "run_worker"),
+        "._worker": ("Worker", "run_worker"),
     },
 )

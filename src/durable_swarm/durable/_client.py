@@ -31,9 +31,10 @@ from ._values import check_input
 if TYPE_CHECKING:
     from ..types import Response
 
-__all__ = ["DEFAULT_QUEUE", "ClientRunHandle", "DurableClient"]
+__all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_QUEUE", "ClientRunHandle", "DurableClient"]
 
 DEFAULT_QUEUE = "durable_swarm"
+DEFAULT_CONCURRENCY = 10  # runs a worker serving a queue takes at a time
 _FINISHED = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
 
 

@@ -23,16 +23,14 @@ from dbos import DBOS
 from .. import _registry
 from ..errors import DurableSwarmError
 from . import _dbos
-from ._client import DEFAULT_QUEUE
+from ._client import DEFAULT_CONCURRENCY, DEFAULT_QUEUE
 from ._database import display_url, resolve_database_url
 from ._imports import is_model_client, load_target
 from ._ownership import new_executor_id, timing
 from ._swarm import DurableSwarm
 from ._workflow import HOST
 
-__all__ = ["DEFAULT_CONCURRENCY", "Worker", "run_worker"]
-
-DEFAULT_CONCURRENCY = 10
+__all__ = ["Worker", "run_worker"]
 
 
 class Worker:
