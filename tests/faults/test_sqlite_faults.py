@@ -1,11 +1,12 @@
 """SQLite done right: WAL and a busy timeout; a read-only database gives an error naming the
-file and the cause; a disk that fills up mid-run too, and the interrupted run finishes once the
-fault is removed (it is never left pending in a live process).
+file and the cause; a disk that fills up mid-run, or a lock another process holds for longer than
+the busy timeout mid-run, too, and the interrupted run finishes once the fault is removed (it is
+never left pending in a live process).
 
 Real faults: the database lives on a small tmpfs (a full disk), in a folder bind-mounted onto
 itself so it can be remounted read-only (Linux refuses that while a process has a file open for
 writing there, so the read-only case is a database read-only from the start). Needs root
-(mount); skipped otherwise.
+(mount); skipped otherwise (the lock needs nothing special).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 
 from durable_swarm.durable import DurableClient
 
-from .conftest import TIMEOUT, Proc, starts, wait_for
+from .conftest import TIMEOUT, Model, Proc, result, starts, wait_for
 
 BEAT, DEAD = 0.3, 3.0
 
@@ -106,3 +107,34 @@ def test_a_run_interrupted_by_a_full_disk_finishes_once_there_is_room(
         assert answer.messages[-1]["content"] == "done f1"
         assert client.get_run("f1").status == "succeeded"
     assert proc.poll() is None  # the process lived through it
+
+
+def test_a_run_held_up_by_a_lock_finishes_once_it_is_released(
+    start: Callable[..., Proc], model: Model, tmp_path: Path, work_dir: Path
+) -> None:
+    path = tmp_path / "locked.sqlite"
+    (work_dir / "hold-k1").touch()
+    proc = start("plain", "_plain.py", database_url=str(path), tags=["k1"], heartbeat_interval=BEAT,
+                 dead_after=DEAD)  # fmt: skip
+    wait_for(lambda: starts(work_dir, "k1") == 1, "the run in its tool", procs=(proc,))
+    holder = sqlite3.connect(path, timeout=TIMEOUT, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")  # another process takes the write lock and keeps it
+        (work_dir / "hold-k1").unlink()  # the tool ends: its result waits for the lock
+        locked = (f"in the run database '{path}' failed (the database is locked by another "
+                  "process for longer than the busy timeout")  # fmt: skip
+        wait_for(lambda: locked in proc.output(), "an error naming the file and the cause",
+                 procs=(proc,))  # fmt: skip
+        assert result(work_dir, "k1") is None
+        with DurableClient(str(path)) as client:  # readers are not blocked (WAL)
+            assert client.get_run("k1").status == "pending"
+    finally:
+        holder.rollback()
+        holder.close()
+    wait_for(lambda: result(work_dir, "k1"), "the run to finish", procs=(proc,))
+    assert result(work_dir, "k1")[-1]["content"] == "done k1"
+    with DurableClient(str(path)) as client:
+        assert client.get_run("k1").status == "succeeded"
+    assert model.arrivals("k1", 0) == 1  # its finished model call was not made again
+    assert starts(work_dir, "k1") == 1  # the tool's result waited for the lock: not lost
+    assert proc.poll() is None

@@ -28,6 +28,7 @@ __all__ = [
     "prepare_sqlite",
     "resolve_database_url",
     "sqlite_path",
+    "transient_fault",
 ]
 
 DEFAULT_SQLITE_FILE = "durable_swarm.sqlite"
@@ -148,6 +149,23 @@ def describe_fault(error: BaseException, url: str | None = None) -> str:
         if needle in lowered:
             return f"{cause} ({words})"
     return f"{type(getattr(error, 'orig', None) or error).__name__}: {words}"
+
+
+def transient_fault(error: BaseException) -> bool:
+    """Whether the database `error` (a SQLAlchemy error) is a fault of the database's state
+    that goes away once fixed, so the statement may succeed later: a read-only file, a full
+    disk, a lock held too long, a failing disk, or a lost or refused connection. A wrong
+    statement or value (a bug, the same every time) is not."""
+    import sqlalchemy as sa
+
+    if not isinstance(error, (sa.exc.OperationalError, sa.exc.InterfaceError)):
+        return False
+    if getattr(error, "connection_invalidated", False):
+        return True
+    words = str(getattr(error, "orig", None) or error).lower()
+    if any(needle in words for needle, _ in _FAULTS):
+        return True
+    return "sqlite" not in type(getattr(error, "orig", None) or error).__module__
 
 
 def prepare_sqlite(url: str) -> None:

@@ -42,7 +42,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..errors import DurableSwarmError
-from ._database import create_engine, describe_fault
+from ._database import create_engine, describe_fault, display_url
 
 __all__ = [
     "DEAD_AFTER_ENV",
@@ -447,6 +447,7 @@ class Ownership:
             database_url, executor_id, queue, dead_after=dead_after, kind=kind
         )
         self._version = application_version
+        self._url = database_url
         self._say = say or (lambda text: logger.warning("durable-swarm: %s", text))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -505,9 +506,10 @@ class Ownership:
             except Exception as e:  # the database may be unreachable for a while: try again
                 if not self._failing:
                     self._say(
-                        f"heartbeat of {self.executor_id!r} failed ({describe_fault(e)}); "
+                        f"heartbeat of {self.executor_id!r} in the run database "
+                        f"{display_url(self._url)!r} failed ({describe_fault(e, self._url)}); "
                         "taking no new runs until it succeeds (retried every "
-                        f"{self.heartbeat_interval:g} s)"
+                        f"{self.heartbeat_interval:g} s); runs here wait for the database"
                     )
                 self._failing = True
                 self._connected_since = None

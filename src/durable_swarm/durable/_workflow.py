@@ -63,7 +63,7 @@ from ..tools import (
 )
 from ..usage import Budget, Tally, Usage, call_cost
 from . import _dbos
-from ._database import describe_fault, display_url
+from ._database import describe_fault, display_url, transient_fault
 from ._dbos import tool_executor
 from ._failures import DEFAULT_MODEL_RETRIES, model_failure, without_retries
 from ._log import (
@@ -92,6 +92,7 @@ JOIN_POLL_SECONDS = 0.1
 # after how long it goes back to its queue for a process that has the agent.
 CHECK_SECONDS = 5.0
 HAND_BACK_SECONDS = 10.0
+FAULT_RETRY_SECONDS = 5.0  # how often a run stopped by a database fault tries to go on
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _DBOS_DIR = os.path.dirname(os.path.abspath(dbos.__file__))
 _SQLALCHEMY_DIR = os.path.dirname(os.path.abspath(sa.__file__))
@@ -742,11 +743,30 @@ async def _checked(run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
         url = _dbos.launched_url() or ""
         fault = DatabaseFaultError(display_url(url), describe_fault(e, url), run_id=run_id)
         logger.error("%s", fault)
+        if transient_fault(e) and await _handed_back_after_fault(run_id):
+            raise DBOSWorkflowConflictIDError(run_id) from None  # DBOS records nothing
         raise fault from None
     except BaseException as e:  # user code outside steps: instructions, conditions, handoffs
         if not _escapes(e):
             raise
         raise user_code_failed(e, run_id, "User code") from None
+
+
+async def _handed_back_after_fault(run_id: str) -> bool:
+    """Wait until the run database takes writes again, then put `run_id` back on its queue to
+    be run again from its last checkpoint (this execution, which may have lost a write, ends
+    without recording anything). True once it is back on its queue, or no longer this process's
+    to hand back (another process took it over, or it was cancelled); False if DBOS stopped
+    here meanwhile (the run is then recovered like any other)."""
+    delay = 0.5
+    while _dbos.launched_url() is not None:
+        try:
+            await asyncio.to_thread(_dbos.hand_back, run_id)
+            return True
+        except sa.exc.DBAPIError:
+            await asyncio.sleep(delay)  # the fault is still there
+            delay = min(delay * 2, FAULT_RETRY_SECONDS)
+    return False
 
 
 async def _run(run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
