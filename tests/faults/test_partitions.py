@@ -1,9 +1,10 @@
-"""Ownership that survives partitions and pauses, with real faults: a loopback TCP proxy that
-cuts two workers off from PostgreSQL for longer than the dead-worker timeout, and SIGSTOP /
-SIGCONT of a worker inside a tool."""
+"""Ownership that survives partitions, pauses and clock jumps, with real faults: a loopback TCP
+proxy that cuts two workers off from PostgreSQL for longer than the dead-worker timeout, SIGSTOP /
+SIGCONT of a worker inside a tool, and the database's clock jumping ahead."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -11,10 +12,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+import sqlalchemy as sa
 
-from _support.db import drop_database, new_database_name, with_database
+from _support.db import drop_database, new_database_name, postgres_execute, with_database
 from durable_swarm.durable import DurableClient, resolve_database_url
-from durable_swarm.durable._ownership import ProcessRegistry
+from durable_swarm.durable._ownership import PROCESSES_TABLE, ProcessRegistry
 
 from ._proxy import TcpProxy
 from .conftest import TIMEOUT, Model, Proc, starts, step_lines, wait_for, worker_settings
@@ -141,3 +143,144 @@ def test_a_paused_worker_records_nothing_for_runs_it_lost_and_strands_nothing(
     for tag in [*during, *after]:
         assert starts(work_dir, tag) == 1, tag
     assert paused.poll() is None and other.poll() is None
+
+
+@pytest.fixture
+def jumping_clock(postgres_base_url: str) -> Iterator[tuple[str, Callable[[int], None]]]:
+    """`(URL, jump)` of a new PostgreSQL database whose clock (`clock_timestamp()`, the clock
+    liveness is measured by) `jump(ms)` moves ahead, as a server's clock stepped by NTP does."""
+    name = new_database_name("dswarm_faults", "clock")
+    url = with_database(postgres_base_url, name)
+    postgres_execute(postgres_base_url, f'CREATE DATABASE "{name}"')
+    setup = [
+        "CREATE SCHEMA clockshift",
+        "CREATE TABLE clockshift.offset_ms (ms BIGINT NOT NULL)",
+        "INSERT INTO clockshift.offset_ms VALUES (0)",
+        "CREATE FUNCTION clockshift.clock_timestamp() RETURNS timestamptz LANGUAGE sql VOLATILE "
+        "AS $$ SELECT pg_catalog.clock_timestamp() + "
+        "(SELECT ms FROM clockshift.offset_ms) * interval '1 millisecond' $$",
+        f'ALTER DATABASE "{name}" SET search_path = clockshift, pg_catalog, "$user", public',
+    ]
+    for sql in setup:
+        postgres_execute(url, sql)
+
+    def jump(ms: int) -> None:
+        postgres_execute(url, f"UPDATE clockshift.offset_ms SET ms = ms + {int(ms)}")
+
+    try:
+        yield url, jump
+    finally:
+        drop_database(postgres_base_url, name)
+
+
+def test_a_database_clock_jumping_ahead_takes_no_live_worker_for_dead(
+    start: Callable[..., Proc],
+    jumping_clock: tuple[str, Callable[[int], None]],
+    model: Model,
+    work_dir: Path,
+) -> None:
+    url, jump = jumping_clock
+    settings = worker_settings(url, QUEUE, BEAT, DEAD)
+    a = start("a", "_serve.py", isolated=True, **settings).wait_output("serving queue")
+    b = start("b", "_serve.py", isolated=True, **settings).wait_output("serving queue")
+    tags = [f"j{i}" for i in range(4)]
+    for tag in tags:
+        (work_dir / f"hold-{tag}").touch()
+    watcher = ProcessRegistry(resolve_database_url(url), "watcher", dead_after=DEAD)
+    try:
+        with DurableClient(url) as client:
+            runs = {tag: _ask(client, tag) for tag in tags}
+            wait_for(lambda: all(starts(work_dir, t) == 1 for t in tags), "every run in its tool",
+                     procs=(a, b))  # fmt: skip
+            # Both workers judge others by heartbeat once connected for DEAD: wait for that.
+            wait_for(lambda: watcher._rows(f"started_at < {watcher._now} - {int(DEAD * 2000)}"),
+                     "the workers to settle", procs=(a, b))  # fmt: skip
+            jump(30_000)  # far beyond the dead-worker timeout
+            for worker in (a, b):
+                worker.wait_output("the clock of the run database jumped ahead by about 30 s")
+            for tag in tags:
+                (work_dir / f"hold-{tag}").unlink()
+            assert _answers(client, runs) == {t: f"done {t}" for t in tags}
+            later = {f"k{i}": _ask(client, f"k{i}") for i in range(4)}
+            assert _answers(client, later) == {t: f"done {t}" for t in later}
+    finally:
+        watcher.close()
+    for tag in tags:
+        assert starts(work_dir, tag) == 1, tag  # no run was taken from a live worker
+        assert model.arrivals(tag, 0) == 1, tag
+    for worker in (a, b):
+        assert worker.poll() is None
+        assert "is gone" not in worker.output() and "taken for dead" not in worker.output()
+
+
+def _record_dequeues(registry: ProcessRegistry) -> str:
+    """The SQL column of a run's table that says when a run was taken from its queue, in ms
+    by the clock of the processes' table: DBOS's own on PostgreSQL; on SQLite (whose DBOS
+    stamp has whole seconds under Python 3.11), a column a trigger sets from now on."""
+    if registry._engine.dialect.name == "postgresql":
+        return "started_at_epoch_ms"
+    with registry._engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE workflow_status ADD COLUMN taken_at_ms INTEGER"))
+        conn.execute(
+            sa.text(
+                "CREATE TRIGGER record_dequeue AFTER UPDATE OF status ON workflow_status "
+                "WHEN OLD.status = 'ENQUEUED' AND NEW.status = 'PENDING' BEGIN "
+                f"UPDATE workflow_status SET taken_at_ms = {registry._now} "
+                "WHERE workflow_uuid = NEW.workflow_uuid; END"
+            )
+        )
+    return "taken_at_ms"
+
+
+def test_a_thawed_worker_takes_no_queued_run_before_its_ownership_is_confirmed(
+    start: Callable[..., Proc],
+    make_database_url: Callable[[str], str],
+    work_dir: Path,
+) -> None:
+    url = make_database_url("thawed")
+    settings = worker_settings(url, QUEUE, BEAT, DEAD)
+    a = start("a", "_serve.py", **settings).wait_output("serving queue")
+    b = start("b", "_serve.py", **settings).wait_output("serving queue")
+    (work_dir / "hold-t1").touch()
+    watcher = ProcessRegistry(resolve_database_url(url), "watcher", dead_after=DEAD)
+    try:
+        with DurableClient(url) as client:
+            first = {"t1": _ask(client, "t1")}
+            wait_for(lambda: starts(work_dir, "t1") == 1, "t1 in its tool", procs=(a, b))
+            holder_pid = next(pid for _, tag, pid in step_lines(work_dir) if tag == "t1")
+            paused, other = (a, b) if holder_pid == a.pid else (b, a)
+            paused.signal(signal.SIGSTOP)
+            wait_for(lambda: "is gone (silent for" in other.output(), "the takeover",
+                     procs=(other,))  # fmt: skip
+            (work_dir / "hold-t1").unlink()
+            assert _answers(client, first) == {"t1": "done t1"}
+            # Queued runs wait for the frozen worker alone: the other one stops.
+            assert other.terminate() == 0
+            taken_at = _record_dequeues(watcher)
+            queued = {f"q{i}": _ask(client, f"q{i}") for i in range(4)}
+            paused.signal(signal.SIGCONT)
+            wait_for(lambda: "was taken for dead" in paused.output(), "the thawed worker to notice",
+                     procs=(paused,))  # fmt: skip
+            assert _answers(client, queued) == {t: f"done {t}" for t in queued}
+            executor = re.search(r"as executor '([^']+)'", paused.output())
+            assert executor is not None
+            with watcher._engine.begin() as conn:
+                registered_again = conn.execute(
+                    sa.text(f"SELECT started_at FROM {PROCESSES_TABLE} WHERE executor_id = :e"),
+                    {"e": executor[1]},
+                ).scalar_one()
+                taken = conn.execute(
+                    sa.text(f"SELECT executor_id, {taken_at} FROM {watcher._runs_table} "
+                            "WHERE workflow_uuid IN :ids").bindparams(
+                        sa.bindparam("ids", expanding=True)
+                    ),
+                    {"ids": list(queued.values())},
+                ).all()  # fmt: skip
+    finally:
+        watcher.close()
+    # Every queued run was taken by the thawed worker, and only once it had registered again
+    # (after its heartbeat found it taken for dead), never on the strength of its old row.
+    assert len(taken) == len(queued)
+    for executor_id, started_at in taken:
+        assert executor_id == executor[1]
+        assert started_at >= registered_again

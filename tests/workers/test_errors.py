@@ -153,6 +153,7 @@ def test_a_worker_taken_for_dead_registers_again_and_keeps_serving(
     worker.start()
     # What a live process does to one silent for too long (here: at once, dead_after=0).
     intruder = ProcessRegistry(url, "intruder", "q", dead_after=0.0)
+    intruder.register(lambda seconds: False)  # only a live, registered process claims
     try:
         claimed: list[ProcessRow] = []
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from durable_swarm.durable._ownership import ProcessRegistry
+from durable_swarm.durable._ownership import ProcessRegistry, ProcessRow
 
 from .conftest import wait_for
 
@@ -40,6 +40,24 @@ def never_stop(seconds: float) -> bool:
     return False
 
 
+def claim_together(claims: list[tuple[ProcessRegistry, ProcessRow]]) -> list[str]:
+    """Make every `(claimer, row)` claim at the same moment (threads); the winners' ids."""
+    start = threading.Barrier(len(claims))
+    won: list[str] = []
+
+    def claim(claimer: ProcessRegistry, row: ProcessRow) -> None:
+        start.wait()
+        if claimer.claim(row):
+            won.append(claimer.executor_id)
+
+    threads = [threading.Thread(target=claim, args=pair) for pair in claims]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return won
+
+
 def test_a_live_worker_is_not_dead_and_a_silent_one_is(
     registries: Callable[..., ProcessRegistry],
 ) -> None:
@@ -49,7 +67,7 @@ def test_a_live_worker_is_not_dead_and_a_silent_one_is(
     assert watcher.dead() == []
     deadline = time.monotonic() + DEAD_AFTER + 0.3
     while time.monotonic() < deadline:
-        assert alive.beat()
+        assert alive.beat() is not None
         time.sleep(0.05)
     assert [row.executor_id for row in watcher.dead()] == ["silent"]
     assert watcher.dead()[0].age_ms > DEAD_AFTER * 1000
@@ -65,25 +83,11 @@ def test_exactly_one_of_many_concurrent_claimers_wins(
         claimer.register(never_stop)
     time.sleep(DEAD_AFTER + 0.1)
     rows = [next(r for r in c.dead() if r.executor_id == "victim") for c in claimers]
-    start = threading.Barrier(len(claimers))
-    won: list[str] = []
-
-    def claim(claimer: ProcessRegistry, row: object) -> None:
-        start.wait()
-        if claimer.claim(row):  # type: ignore[arg-type]
-            won.append(claimer.executor_id)
-
-    threads = [
-        threading.Thread(target=claim, args=pair) for pair in zip(claimers, rows, strict=True)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    won = claim_together(list(zip(claimers, rows, strict=True)))
     assert len(won) == 1
     winner = next(c for c in claimers if c.executor_id == won[0])
     # A claimed worker that was only paused finds out at its next heartbeat: it must stop.
-    assert not victim.beat()
+    assert victim.beat() is None
     # The claim is fresh, so nobody else sees the row as dead until the claimer releases it.
     assert all(r.executor_id != "victim" for r in claimers[0].dead() + claimers[1].dead())
     winner.release(rows[0])
@@ -129,8 +133,8 @@ def test_a_restarted_worker_waits_for_a_claim_in_progress_on_its_executor_id(
     claimer.release(row)
     assert registered.wait(10)
     thread.join()
-    assert restarted.beat()
-    assert not old.beat()
+    assert restarted.beat() is not None
+    assert old.beat() is None
 
 
 def test_a_restart_under_the_same_executor_id_takes_the_row_over(
@@ -140,5 +144,27 @@ def test_a_restart_under_the_same_executor_id_takes_the_row_over(
     old.register(never_stop)
     new = registries("same")
     new.register(never_stop)
-    assert new.beat()
-    assert not old.beat()  # two processes with one executor id: the older one finds out
+    assert new.beat() is not None
+    assert old.beat() is None  # two processes with one executor id: the older one finds out
+
+
+def test_two_processes_that_judge_each_other_dead_at_once_never_both_lose(
+    registries: Callable[..., ProcessRegistry],
+) -> None:
+    # Both heartbeats look old at once (as when the database's clock jumps ahead): each process
+    # sees the other dead and claims it, sequentially and concurrently; one claim at most wins.
+    for trial in range(20):
+        a, b = registries(f"a{trial}", dead_after=5.0), registries(f"b{trial}", dead_after=5.0)
+        a.register(never_stop)
+        b.register(never_stop)
+        a._execute("UPDATE durable_swarm_processes SET heartbeat_at = heartbeat_at - 60000")
+        row_b = next(r for r in a.dead() if r.executor_id == b.executor_id)
+        row_a = next(r for r in b.dead() if r.executor_id == a.executor_id)
+        if trial == 0:
+            assert a.claim(row_b)
+            assert not b.claim(row_a)  # b was claimed: it judges nobody
+            continue
+        won = claim_together([(a, row_b), (b, row_a)])
+        assert len(won) == 1, trial
+        loser = b if won == [a.executor_id] else a
+        assert loser.beat() is None  # the loser finds out it was taken for dead

@@ -21,6 +21,11 @@ for `dead_after` seconds, so when everyone was cut off at once (the database res
 network split) nobody declares the others dead on reconnecting: each gets the time to beat again.
 A process whose own heartbeat is not confirmed (it could not write it, or wrote it too long ago:
 it was paused, frozen or cut off) takes no run from any queue until a heartbeat succeeds again.
+A database clock that jumps ahead makes every heartbeat look old at once: a process sees the
+jump (the database's clock moved further than its own between two of its heartbeats, or since
+its last one) and judges nobody by heartbeat for `dead_after`. A claim applies only while the
+claimer's own row is still its own and unclaimed, so two processes that judge each other dead at
+the same moment never both lose.
 If its row was claimed meanwhile (it was taken for dead), its runs now belong to the claimer:
 DBOS's ownership token (`owner_xid`) makes every further write of the old execution fail, so it
 records nothing more for them; the process registers again and goes on serving new work.
@@ -219,6 +224,8 @@ class ProcessRegistry:
         self.kind = kind
         self.dead_after_ms = int(dead_after * 1000)
         self.incarnation = uuid.uuid4().hex
+        self._written: int | None = None  # the heartbeat this process last wrote (ms)
+        self.jumped = 0.0
         self._engine = create_engine(database_url, pool_size=2)
         if self._engine.dialect.name == "postgresql":
             self._now = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
@@ -307,6 +314,7 @@ class ProcessRegistry:
                         me=self.executor_id,
                         **fields,
                     )
+                    self._remember_heartbeat()
                     return
                 except sa.exc.IntegrityError:
                     continue  # another process with this executor id inserted first: look again
@@ -329,28 +337,54 @@ class ProcessRegistry:
                 **fields,
             )
             if taken == 1:
+                self._remember_heartbeat()
                 return
 
-    def beat(self) -> bool:
-        """Refresh this process's heartbeat; False if its row was claimed or taken over."""
-        done = self._execute(
-            f"UPDATE {PROCESSES_TABLE} SET heartbeat_at = {self._now} WHERE executor_id = :me "
-            "AND incarnation = :inc AND claimed_by IS NULL",
-            me=self.executor_id,
-            inc=self.incarnation,
-        )
-        return done == 1
+    def _remember_heartbeat(self) -> None:
+        found = self._rows("executor_id = :me", me=self.executor_id)
+        self._written = found[0].heartbeat_at if found else None
 
-    def dead(self, *, by_heartbeat: bool = True) -> list[ProcessRow]:
+    def beat(self) -> float | None:
+        """Refresh this process's heartbeat; returns the seconds between the heartbeat it
+        replaced and this one by the database's clock (0 for the first), or None if this
+        process's row was claimed or taken over."""
+        with self._engine.begin() as conn:
+            row = conn.execute(
+                sa.text(
+                    f"UPDATE {PROCESSES_TABLE} SET heartbeat_at = {self._now} WHERE executor_id "
+                    "= :me AND incarnation = :inc AND claimed_by IS NULL RETURNING heartbeat_at"
+                ),
+                {"me": self.executor_id, "inc": self.incarnation},
+            ).first()
+        if row is None:
+            return None
+        before, self._written = self._written, int(row[0])
+        return 0.0 if before is None else (self._written - before) / 1000
+
+    def dead(
+        self, *, by_heartbeat: bool = True, written_within: float | None = None
+    ) -> list[ProcessRow]:
         """Other processes known to be dead: silent for longer than `dead_after` (stopped ones
         included; only if `by_heartbeat`), or on this machine with their pid gone; and claims
-        whose claimer died before finishing."""
+        whose claimer died before finishing.
+
+        `written_within`: this process wrote its heartbeat at most that many seconds ago (by its
+        own clock, slack included). If the database's clock, in the same query, says that
+        heartbeat is older still, the clock jumped ahead since: every heartbeat looks older than
+        it is, so nobody is judged by heartbeat (`self.jumped` then holds the jump in seconds,
+        else 0)."""
         rows = self._rows(
-            f"executor_id <> :me AND (heartbeat_at < {self._now} - :dead OR machine = :machine)",
+            f"executor_id = :me OR heartbeat_at < {self._now} - :dead OR machine = :machine",
             me=self.executor_id,
             dead=self.dead_after_ms,
             machine=MACHINE,
         )
+        mine = [row for row in rows if row.executor_id == self.executor_id]
+        rows = [row for row in rows if row.executor_id != self.executor_id]
+        self.jumped = 0.0
+        if written_within is not None and mine and mine[0].heartbeat_at == self._written:
+            self.jumped = max(0.0, mine[0].age_ms / 1000 - written_within)
+            by_heartbeat = by_heartbeat and not self.jumped
         found = []
         for row in rows:
             silent = row.age_ms > self.dead_after_ms
@@ -361,16 +395,41 @@ class ProcessRegistry:
         return found
 
     def claim(self, row: ProcessRow) -> bool:
-        """Claim a dead process's row; True for exactly one of several claimers."""
-        done = self._execute(
-            f"UPDATE {PROCESSES_TABLE} SET claimed_by = :me, heartbeat_at = {self._now} "
-            "WHERE executor_id = :id AND incarnation = :inc AND heartbeat_at = :hb",
-            me=self.executor_id,
-            id=row.executor_id,
-            inc=row.incarnation,
-            hb=row.heartbeat_at,
-        )
-        return done == 1
+        """Claim a dead process's row; True for exactly one of several claimers.
+
+        The claim and a heartbeat of the claimer's own row are one transaction that applies
+        only while that row is still the claimer's and unclaimed: of two processes that judge
+        each other dead at the same moment (a database clock that jumped, two pauses), one
+        claims the other, never both. (The rows are locked in executor id order, so two such
+        claims wait for each other instead of deadlocking.)"""
+        me = {"me": self.executor_id, "inc": self.incarnation}
+        with self._engine.begin() as conn:
+            if self._engine.dialect.name == "postgresql":
+                conn.execute(
+                    sa.text(
+                        f"SELECT executor_id FROM {PROCESSES_TABLE} WHERE executor_id IN "
+                        "(:me, :id) ORDER BY executor_id FOR UPDATE"
+                    ),
+                    {"me": self.executor_id, "id": row.executor_id},
+                )
+            alive = conn.execute(
+                sa.text(
+                    f"UPDATE {PROCESSES_TABLE} SET heartbeat_at = {self._now} WHERE "
+                    "executor_id = :me AND incarnation = :inc AND claimed_by IS NULL"
+                ),
+                me,
+            ).rowcount
+            if alive != 1:
+                return False  # taken for dead itself meanwhile: it judges nobody
+            done = conn.execute(
+                sa.text(
+                    f"UPDATE {PROCESSES_TABLE} SET claimed_by = :me, heartbeat_at = {self._now} "
+                    "WHERE executor_id = :id AND incarnation = :inc AND heartbeat_at = :hb"
+                ),
+                {"me": self.executor_id, "id": row.executor_id, "inc": row.incarnation,
+                 "hb": row.heartbeat_at},
+            ).rowcount  # fmt: skip
+            return done == 1
 
     def release(self, row: ProcessRow) -> None:
         """Delete a claimed row once its runs are back on their queues."""
@@ -478,6 +537,7 @@ class Ownership:
         since = time.monotonic()
         self.registry.register(wait or self._stop.wait)
         self._confirm(since)
+        self._last_beat = since
 
     def start(
         self,
@@ -496,8 +556,9 @@ class Ownership:
         while not self._stop.is_set():
             since = time.monotonic()
             try:
-                if self.registry.beat():
-                    self._steady(time.monotonic())
+                advance = self.registry.beat()
+                if advance is not None:
+                    self._steady(since, time.monotonic(), advance)
                     self._confirm(since)
                 else:
                     self._taken_for_dead()
@@ -520,13 +581,28 @@ class Ownership:
             if self._stop.wait(self.heartbeat_interval):
                 return
 
-    def _steady(self, now: float) -> None:
+    def _steady(self, since: float, now: float, advance: float) -> None:
         """Restart the clock of continuous connection when this heartbeat came long after the
         previous one (the statement hung, the process was paused): the others may have been cut
-        off just as long, and must get the time to beat again before being judged."""
-        last, self._last_beat = self._last_beat, now
+        off just as long, and must get the time to beat again before being judged. Likewise
+        when the database's clock moved `advance` seconds between the two heartbeats, more than
+        this process's own clock did: the database's clock jumped ahead (see `_jumped`)."""
+        last, self._last_beat = self._last_beat, since
         if last is None or now - last > 2 * self.heartbeat_interval + 1.0:
             self._connected_since = now
+        elif advance > now - last + self.heartbeat_interval:
+            self._jumped(advance - (now - last), now)
+
+    def _jumped(self, seconds: float, now: float) -> None:
+        """The database's clock jumped `seconds` ahead: every heartbeat looks that much older,
+        and judging them now would take live processes for dead. Wait `dead_after` (they beat
+        again meanwhile) before judging anyone by heartbeat."""
+        self._connected_since = now
+        self._say(
+            f"the clock of the run database jumped ahead by about {seconds:.0f} s; "
+            f"{self.executor_id!r} judges no process by its heartbeat for {self.dead_after:g} s "
+            "(they need the time to beat again)"
+        )
 
     def _taken_for_dead(self) -> None:
         self.lost += 1
@@ -546,7 +622,13 @@ class Ownership:
         # Judge others by their heartbeats only after being connected for `dead_after` (if all
         # were cut off together, the others need that long to beat again).
         settled = connected is not None and time.monotonic() - connected >= self.dead_after
-        for row in self.registry.dead(by_heartbeat=settled):
+        last = self._last_beat
+        within = None if last is None else time.monotonic() - last + self.heartbeat_interval
+        dead = self.registry.dead(by_heartbeat=settled, written_within=within)
+        if self.registry.jumped:
+            self._jumped(self.registry.jumped, time.monotonic())
+            settled = False
+        for row in dead:
             if self._stop.is_set() or not self.registry.claim(row):
                 continue
             count = self._recover(row.executor_id)
