@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import json
 import logging
@@ -22,7 +23,7 @@ import os
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import dbos
@@ -291,6 +292,18 @@ def user_code_failed(error: BaseException, run_id: str, what: str) -> DurableSwa
     )
 
 
+@contextlib.contextmanager
+def user_code(run_id: str, what: str) -> Iterator[None]:
+    """Run the block's user code (`what`): a BaseException from it that would escape the run
+    (see `_escapes`) fails the run instead, with `user_code_failed`'s error."""
+    try:
+        yield
+    except BaseException as e:
+        if not _escapes(e):
+            raise
+        raise user_code_failed(e, run_id, what) from None
+
+
 def _restored(before: dict[str, str]) -> dict[str, Any]:
     """The context a `context_snapshot` was taken of (its JSON values; a run's context holds no
     others, since every value is checked where it enters)."""
@@ -374,8 +387,7 @@ class DurableRuntime:
         model_name = effect.request.get("model")
         step: list[int | None] = []
 
-        def stopped(e: BaseException) -> DurableSwarmError:  # see `_escapes`
-            return user_code_failed(e, self.run_id, f"The model client of agent {sender!r}")
+        what = f"The model client of agent {sender!r}"
 
         def output_of(completion: Any, span: Any) -> dict[str, Any]:
             message = model.completion_message(completion, sender, run_id=self.run_id)
@@ -384,33 +396,23 @@ class DurableRuntime:
             tracing.record_completion(span, completion, usage, cost, message)
             return {"message": message, "usage": usage, "model": model_name, "cost_usd": cost}
 
+        # The span is made inside the step: a step replayed from the log makes none.
         async def model_step() -> dict[str, Any]:
             step[:] = [DBOS.step_id]
-            # The span is made inside the step: a step replayed from the log makes none.
-            with tracing.chat(self.trace, effect.request) as span:
-                try:
-                    if effect.request.get("stream"):
-                        return await self._streamed(requester, effect, span)
-                    completion = await model.acreate(
-                        requester, effect.request, sender=sender, run_id=self.run_id
-                    )
-                except BaseException as e:
-                    if not _escapes(e):
-                        raise
-                    raise stopped(e) from None
+            with tracing.chat(self.trace, effect.request) as span, user_code(self.run_id, what):
+                if effect.request.get("stream"):
+                    return await self._streamed(requester, effect, span)
+                completion = await model.acreate(
+                    requester, effect.request, sender=sender, run_id=self.run_id
+                )
                 return output_of(completion, span)
 
         def sync_model_step() -> dict[str, Any]:
             step[:] = [DBOS.step_id]
-            with tracing.chat(self.trace, effect.request) as span:
-                try:
-                    completion = model.create(
-                        requester, effect.request, sender=sender, run_id=self.run_id
-                    )
-                except BaseException as e:
-                    if not _escapes(e):
-                        raise
-                    raise stopped(e) from None
+            with tracing.chat(self.trace, effect.request) as span, user_code(self.run_id, what):
+                completion = model.create(
+                    requester, effect.request, sender=sender, run_id=self.run_id
+                )
                 return output_of(completion, span)
 
         options: StepOptions = {
@@ -547,38 +549,23 @@ class DurableRuntime:
             _check_json(name, self.run_id, payload)
             return payload
 
-        def stopped(e: BaseException) -> DurableSwarmError:  # see `_escapes`
-            return user_code_failed(e, self.run_id, f"Tool {name!r}")
+        what, context = f"Tool {name!r}", effect.context_variables
 
         # Spans are made inside the steps: a step replayed from the log makes none.
         async def tool_step() -> dict[str, Any]:
-            key = f"{self.run_id}:{DBOS.step_id}"
-            before = context_snapshot(effect.context_variables)
-            try:
-                with tracing.tool(self.trace, effect.call) as span:
-                    outcome = await execute_tool_async(
-                        function, effect.call, effect.context_variables, idempotency_key=key
-                    )
-                    tracing.tool_result(span, outcome.message)
-            except BaseException as e:
-                if not _escapes(e):
-                    raise
-                raise stopped(e) from None
+            key, before = f"{self.run_id}:{DBOS.step_id}", context_snapshot(context)
+            with user_code(self.run_id, what), tracing.tool(self.trace, effect.call) as span:
+                outcome = await execute_tool_async(
+                    function, effect.call, context, idempotency_key=key
+                )
+                tracing.tool_result(span, outcome.message)
             return payload_of(outcome, before)
 
         def sync_tool_step() -> dict[str, Any]:
-            key = f"{self.run_id}:{DBOS.step_id}"
-            before = context_snapshot(effect.context_variables)
-            try:
-                with tracing.tool(self.trace, effect.call) as span:
-                    outcome = execute_tool(
-                        function, effect.call, effect.context_variables, idempotency_key=key
-                    )
-                    tracing.tool_result(span, outcome.message)
-            except BaseException as e:
-                if not _escapes(e):
-                    raise
-                raise stopped(e) from None
+            key, before = f"{self.run_id}:{DBOS.step_id}", context_snapshot(context)
+            with user_code(self.run_id, what), tracing.tool(self.trace, effect.call) as span:
+                outcome = execute_tool(function, effect.call, context, idempotency_key=key)
+                tracing.tool_result(span, outcome.message)
             return payload_of(outcome, before)
 
         options: StepOptions = {"name": f"tool:{name}"}
@@ -735,7 +722,8 @@ async def run_workflow(spec: dict[str, Any]) -> dict[str, Any]:
 async def _checked(run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
     """`_run`, with a database fault or a user's BaseException turned into the run's error."""
     try:
-        return await _run(run_id, spec)
+        with user_code(run_id, "User code"):  # outside steps: instructions, conditions, handoffs
+            return await _run(run_id, spec)
     except sa.exc.DBAPIError as e:
         if not _from_dbos(e):
             raise  # a user tool's own database
@@ -746,10 +734,6 @@ async def _checked(run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
         if transient_fault(e) and await _handed_back_after_fault(run_id):
             raise DBOSWorkflowConflictIDError(run_id) from None  # DBOS records nothing
         raise fault from None
-    except BaseException as e:  # user code outside steps: instructions, conditions, handoffs
-        if not _escapes(e):
-            raise
-        raise user_code_failed(e, run_id, "User code") from None
 
 
 async def _handed_back_after_fault(run_id: str) -> bool:
