@@ -9,6 +9,7 @@ carrying the original type name, message and run id.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 __all__ = [
@@ -51,7 +52,13 @@ class DurableSwarmError(Exception):
         return (_rebuild, (type(self), self._kwargs()))
 
     def _kwargs(self) -> dict[str, Any]:
-        return {"message": self.message, **self._fields}
+        """The keyword arguments that rebuild this error: those its class's `__init__` takes,
+        from its message and keyword fields (all of them where `__init__` takes `**fields`)."""
+        known = {"message": self.message, **self._fields}
+        parameters = inspect.signature(type(self).__init__).parameters.values()
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            return known
+        return {p.name: known[p.name] for p in parameters if p.name in known}
 
 
 class AgentNotFoundError(DurableSwarmError):
@@ -83,9 +90,6 @@ class ModelResponseError(DurableSwarmError):
     def __init__(self, message: str, *, agent: str | None = None, run_id: str | None = None):
         super().__init__(message, agent=agent, run_id=run_id)
 
-    def _kwargs(self) -> dict[str, Any]:
-        return {"message": self.message, "agent": self.agent, "run_id": self.run_id}
-
 
 class DatabaseFaultError(DurableSwarmError):
     """The run database refused a write in the middle of a run (read-only file, full disk,
@@ -105,9 +109,6 @@ class DatabaseFaultError(DurableSwarmError):
             cause=cause,
             run_id=run_id,
         )
-
-    def _kwargs(self) -> dict[str, Any]:
-        return dict(self._fields)
 
 
 class DecisionConflictError(DurableSwarmError):
@@ -144,9 +145,6 @@ class DecisionConflictError(DurableSwarmError):
             attempted=attempted,
         )
 
-    def _kwargs(self) -> dict[str, Any]:
-        return dict(self._fields)
-
 
 class RunNotFoundError(DurableSwarmError, KeyError):
     """No run with this id exists in the database."""
@@ -163,9 +161,6 @@ class RunNotFoundError(DurableSwarmError, KeyError):
 
     def __str__(self) -> str:
         return self.message
-
-    def _kwargs(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "message": self.message}
 
 
 class ToolResultNotSerializableError(DurableSwarmError, TypeError):
@@ -185,9 +180,6 @@ class ToolResultNotSerializableError(DurableSwarmError, TypeError):
             run_id=run_id,
         )
 
-    def _kwargs(self) -> dict[str, Any]:
-        return {"tool": self.tool, "detail": self.detail, "run_id": self.run_id}
-
 
 class DatabaseUnavailableError(DurableSwarmError, ConnectionError):
     """The run database cannot be reached or opened."""
@@ -204,9 +196,6 @@ class DatabaseUnavailableError(DurableSwarmError, ConnectionError):
             url=url,
             cause=cause,
         )
-
-    def _kwargs(self) -> dict[str, Any]:
-        return {"url": self.url, "cause": self.cause}
 
 
 class RunError(DurableSwarmError):
@@ -234,9 +223,6 @@ class ContextExpressionError(DurableSwarmError, ValueError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
-
-    def _kwargs(self) -> dict[str, Any]:
-        return {"message": self.message}
 
 
 class SkillCompositionError(DurableSwarmError, ValueError):
@@ -318,9 +304,6 @@ class MCPServerUnavailableError(ToolUnavailableError):
             cause=cause,
         )
 
-    def _kwargs(self) -> dict[str, Any]:
-        return {"server": self.server, "cause": self.cause, "message": self.message}
-
 
 class BudgetExceededError(DurableSwarmError):
     """A run reached a limit of its `Budget`; it stopped before its next model call.
@@ -381,9 +364,6 @@ class DuplicateAgentError(DurableSwarmError, ValueError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
 
-    def _kwargs(self) -> dict[str, Any]:
-        return {"message": self.message}
-
 
 class NonJsonValueError(DurableSwarmError, TypeError):
     """A run's input holds a value a durable run cannot store (not JSON, or too large): `where`
@@ -401,6 +381,3 @@ class NonJsonValueError(DurableSwarmError, TypeError):
             where=where,
             problem=problem,
         )
-
-    def _kwargs(self) -> dict[str, Any]:
-        return {"where": self.where, "problem": self.problem}
