@@ -89,8 +89,10 @@ class ToolSpec:
         name: the name offered to the model (default: the function's `__name__`).
         description: the description offered to the model (default: the docstring).
         timeout: seconds one attempt may take; then the model gets an error message as the
-            tool's result (a timed-out call is not retried). The call is not stopped: a sync
-            tool goes on in its thread until it returns, and its result is dropped.
+            tool's result (a timed-out call is not retried). A sync tool is not stopped: it
+            goes on in its thread until it returns, and its result is dropped. An `async def`
+            tool is cancelled in async runs (`arun`, durable runs); in `Swarm.run` it goes on
+            in its thread like a sync tool.
         retries: how many more times a call that raised is tried before it becomes an error.
         needs_approval: the run pauses before each call until a person approves or rejects it.
         delegate: an agent this tool hands a task to as a sub-agent (see `Agent.as_tool`): it
@@ -412,17 +414,28 @@ def _finish(call: dict[str, Any], context_variables: dict[str, Any], value: Any)
     return ToolOutcome(tool_message(call, text), context_variables, agent)
 
 
-def _failed(call: dict[str, Any], context_variables: dict[str, Any], e: Exception) -> ToolOutcome:
-    name = call["function"]["name"]
-    text = f"Error: tool {name} raised {type(e).__name__}: {e}"
-    return ToolOutcome(tool_message(call, text), context_variables)
+# what a timed-out attempt raises (one class since Python 3.11; three in 3.10)
+_TIMEOUTS = (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)
 
 
-def _timed_out(
-    call: dict[str, Any], context_variables: dict[str, Any], timeout: float | None
-) -> ToolOutcome:
+def _after_error(
+    error: Exception,
+    retries_left: int,
+    call: dict[str, Any],
+    context_variables: dict[str, Any],
+    timeout: float | None,
+) -> ToolOutcome | None:
+    """The outcome of a tool call whose attempt raised `error`, or None to try it again. A
+    timed-out attempt is not retried; a `ToolUnavailableError` is raised (it fails the run)."""
     name = call["function"]["name"]
-    text = f"Error: tool {name} timed out after {timeout} seconds."
+    if isinstance(error, ToolUnavailableError):
+        raise error
+    if isinstance(error, _TIMEOUTS):
+        text = f"Error: tool {name} timed out after {timeout} seconds."
+    elif retries_left:
+        return None
+    else:
+        text = f"Error: tool {name} raised {type(error).__name__}: {error}"
     return ToolOutcome(tool_message(call, text), context_variables)
 
 
@@ -460,13 +473,9 @@ def execute_tool(
             finally:
                 pool.shutdown(wait=False)
             return _finish(call, context_variables, value)
-        except concurrent.futures.TimeoutError:
-            return _timed_out(call, context_variables, spec.timeout)
-        except ToolUnavailableError:
-            raise
         except Exception as e:
-            if not remaining:
-                return _failed(call, context_variables, e)
+            if outcome := _after_error(e, remaining, call, context_variables, spec.timeout):
+                return outcome
     raise AssertionError("unreachable")
 
 
@@ -494,11 +503,7 @@ async def execute_tool_async(
         try:
             value = await asyncio.wait_for(attempt(), spec.timeout)
             return _finish(call, context_variables, value)
-        except asyncio.TimeoutError:
-            return _timed_out(call, context_variables, spec.timeout)
-        except ToolUnavailableError:
-            raise
         except Exception as e:
-            if not remaining:
-                return _failed(call, context_variables, e)
+            if outcome := _after_error(e, remaining, call, context_variables, spec.timeout):
+                return outcome
     raise AssertionError("unreachable")
