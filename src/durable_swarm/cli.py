@@ -34,7 +34,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 # Only what reads runs is imported here; a command that runs agents (`chat`, `worker`, `serve`)
 # imports the turn loop, the worker or the web app when it is chosen.
@@ -71,22 +72,24 @@ def _common(json_output: bool) -> argparse.ArgumentParser:
     return parent
 
 
-def _positive(text: str) -> float:
+T = TypeVar("T", int, float)
+
+
+def _number(text: str, convert: Callable[[str], T], kind: str) -> T:
     try:
-        value = float(text)
+        return convert(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+
+
+def _positive(text: str) -> float:
+    if (value := _number(text, float, "a number of seconds")) <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
 
 
 def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
+    if (value := _number(text, int, "a whole number")) < 0:
         raise argparse.ArgumentTypeError(f"expected 0 or more, got {text!r}")
     return value
 
