@@ -1,9 +1,12 @@
 """Runtimes perform the loop's effects; drivers feed their results back into the loop.
 
-A runtime has one narrow interface: `call_model`, `call_tool`, `wait_for_input`, `record`,
-`list_tools` (and `chunks` for streamed model calls), each with an async twin prefixed `a`.
-`InMemoryRuntime` is what `Swarm` uses; the durable runtime (`durable_swarm.durable`) makes each
-a DBOS step or a durable wait.
+A runtime has one narrow interface, one method per effect: `call_model`, `call_tool`,
+`wait_for_input`, `record` and `list_tools` for `drive`, and their async twins `acall_model`,
+`acall_tool`, `await_input`, `arecord` and `alist_tools` for `adrive` (see `_SYNC` and `_ASYNC`);
+the streaming drivers read model calls from `chunks` / `achunks` instead. `InMemoryRuntime` is
+what `Swarm` uses and has them all; the durable runtime (`durable_swarm.durable`) has the async
+methods only (its workflow runs on an event loop) and makes each effect a DBOS step or a durable
+wait.
 """
 
 from __future__ import annotations

@@ -379,7 +379,7 @@ def tool_message(call: dict[str, Any], content: str) -> dict[str, Any]:
     }
 
 
-def _prepare(
+def _arguments(
     func: Callable[..., Any],
     call: dict[str, Any],
     context_variables: dict[str, Any],
@@ -454,7 +454,7 @@ def execute_tool(
     recovery in durable runs: run id and step number), so it can make its effect exactly once.
     A `ToolUnavailableError` (the tool could not reach its server) is raised, not told the model.
     """
-    args = _prepare(func, call, context_variables, idempotency_key)
+    args = _arguments(func, call, context_variables, idempotency_key)
     if isinstance(args, ToolOutcome):
         return args
     spec = tool_spec(func)
@@ -488,7 +488,7 @@ async def execute_tool_async(
 ) -> ToolOutcome:
     """`execute_tool` for async code: `async def` tools are awaited, others run in a thread of
     `_aio.blocking_executor()`."""
-    args = _prepare(func, call, context_variables, idempotency_key)
+    args = _arguments(func, call, context_variables, idempotency_key)
     if isinstance(args, ToolOutcome):
         return args
     spec = tool_spec(func)

@@ -6,7 +6,9 @@ import asyncio
 import threading
 from unittest.mock import AsyncMock, MagicMock
 
-from durable_swarm import Agent, Response, Swarm
+import pytest
+
+from durable_swarm import Agent, Budget, Response, Swarm
 
 from ._mock import calling, completion, mock_client, requests, text_stream, tool_call, tool_stream
 
@@ -156,6 +158,15 @@ async def test_astream_iterates_without_await():
     assert events[0] == {"delim": "start"}
     assert events[-1]["response"].messages[0]["content"] == "hey"
     assert requests(client)[0]["stream"] is True
+
+
+def test_astream_refuses_the_durable_keywords_it_cannot_honour():
+    client = mock_client(text_stream("hey"))
+
+    for durable_only in ({"run_id": "r1"}, {"budget": Budget(max_model_calls=1)}):
+        with pytest.raises(TypeError, match="use DurableSwarm"):
+            Swarm(client=client).astream(Agent(), USER, **durable_only)
+    assert requests(client) == []
 
 
 def _async_client(*responses):
