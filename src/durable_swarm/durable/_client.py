@@ -21,9 +21,8 @@ from .. import tracing
 from ..errors import DatabaseUnavailableError, DurableSwarmError, RunNotFoundError
 from ..usage import Budget, check_budget
 from . import _dbos
-from ._control import ClientSource, RunControl
+from ._control import ClientSource, RunCommands, RunControl
 from ._database import display_url, is_postgres, resolve_database_url, sqlite_path
-from ._listing import PendingApproval
 from ._log import EVENTS_STREAM, WORKFLOW_NAME, JsonSerializer, naming_run, restore_contents
 from ._runs import RunInfo, step_outputs
 from ._values import check_input
@@ -139,7 +138,7 @@ class ClientRunHandle:
         return self.info().status
 
 
-class DurableClient:
+class DurableClient(RunCommands):
     """Starts and follows durable runs without importing any agent or tool code.
 
     Runs are enqueued on a queue that workers serve (`durable-swarm worker module:app --queue
@@ -159,7 +158,12 @@ class DurableClient:
         self.database_url = resolve_database_url(database_url)
         self.poll_interval = poll_interval
         self._dbos = _connect(self.database_url)
-        self.runs = RunControl(ClientSource(self._dbos), self.database_url)
+        self._runs = RunControl(ClientSource(self._dbos), self.database_url)
+
+    @property
+    def runs(self) -> RunControl:
+        """Reading and steering runs on this client's run database."""
+        return self._runs
 
     def __repr__(self) -> str:
         return f"DurableClient(database_url={self.database_url!r})"
@@ -258,96 +262,12 @@ class DurableClient:
         what it waits for. Raises `RunNotFoundError` for an unknown id."""
         return self.runs.get_run(run_id)
 
-    def list_runs(
-        self,
-        *,
-        status: str | list[str] | None = None,
-        agent: str | None = None,
-        search: str | None = None,
-        since: Any = None,
-        until: Any = None,
-        limit: int | None = 50,
-        offset: int = 0,
-    ) -> list[RunInfo]:
-        """Runs, newest first, filtered as `DurableSwarm.list_runs` does: one page of `limit`
-        runs (None: all) after skipping `offset`. One SQL query finds the page, whatever the
-        number of runs in the database."""
-        return self.runs.list_runs(
-            status=status,
-            agent=agent,
-            search=search,
-            since=since,
-            until=until,
-            limit=limit,
-            offset=offset,
-        )
-
-    def count_runs(
-        self,
-        *,
-        status: str | list[str] | None = None,
-        agent: str | None = None,
-        search: str | None = None,
-        since: Any = None,
-        until: Any = None,
-    ) -> int:
-        """How many runs `list_runs` with the same filters finds (for paging)."""
-        return self.runs.count_runs(
-            status=status, agent=agent, search=search, since=since, until=until
-        )
-
-    def list_approvals(self, *, limit: int | None = None) -> list[PendingApproval]:
-        """The tool calls runs wait for a person to approve (`PendingApproval`: run id, tool
-        call id, tool, the exact arguments, since when), longest waiting first."""
-        return self.runs.list_approvals(limit=limit)
-
-    # --- the person in the loop ----------------------------------------------------------
-
-    def send_input(self, run_id: str, text: str, *, by: str | None = None) -> None:
-        """Answer the question a run waits on (`waiting_for_input`); the worker holding the run
-        resumes it."""
-        self.runs.send_input(run_id, text, by=by)
-
-    def approve(self, run_id: str, tool_call_id: str, *, by: str | None = None) -> None:
-        """Approve the tool call a run waits on; it runs with exactly the arguments shown in
-        `get_run(run_id).waiting_for`.
-
-        Raises `DecisionConflictError` if the call was already decided (concurrent decisions:
-        exactly one wins), and `DurableSwarmError` if the run does not wait for this call."""
-        self.runs.decide(run_id, tool_call_id, True, None, by)
-
-    def reject(
-        self,
-        run_id: str,
-        tool_call_id: str,
-        message: str | None = None,
-        *,
-        by: str | None = None,
-    ) -> None:
-        """Reject the tool call a run waits on; the model reads `message` as the tool's result.
-        Raises as `approve` does."""
-        self.runs.decide(run_id, tool_call_id, False, message, by)
-
     # --- steering runs -------------------------------------------------------------------
-
-    def cancel(self, run_id: str) -> None:
-        """Cancel a run and its sub-agents: they stop at their next step, status `cancelled`."""
-        self.runs.cancel(run_id)
 
     def resume(self, run_id: str, *, budget: Budget | None = None) -> ClientRunHandle:
         """Continue a cancelled or failed run (see `DurableSwarm.resume`); a worker runs it.
         With `budget`, a run stopped by its budget goes on under this one."""
         return ClientRunHandle(self, self.runs.resume(run_id, budget))
-
-    def delete_run(self, run_id: str, *, force: bool = False) -> list[str]:
-        """Delete a run and its sub-agent runs; returns the deleted ids. A live run (pending,
-        waiting) is refused with `DurableSwarmError` unless `force` (it is cancelled first)."""
-        return self.runs.delete(run_id, force=force)
-
-    def prune_runs(self, older_than: Any, *, dry_run: bool = False) -> list[RunInfo]:
-        """Delete the finished runs created before `older_than` (datetime or ISO string) and
-        their sub-agent runs, never a live one; returns them (with `dry_run`, deletes nothing)."""
-        return self.runs.prune(older_than, dry_run=dry_run)
 
     def fork(self, run_id: str, step: int, *, new_run_id: str | None = None) -> ClientRunHandle:
         """A new run copying `run_id`'s steps before `step` (see `DurableSwarm.fork`)."""

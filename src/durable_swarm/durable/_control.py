@@ -7,20 +7,22 @@ reads the log or writes messages and commands to the database.
 
 from __future__ import annotations
 
+import abc
 from datetime import datetime, timezone
 from typing import Any
 
 from dbos import SetWorkflowID
 
+from .._aio import off_event_loop
 from ..errors import DurableSwarmError, RunNotFoundError
 from ..usage import Budget, check_budget
 from ._decisions import Decision, DecisionLog, payload
-from ._listing import PendingApproval, RunQuery, check_statuses
+from ._listing import PendingApproval, RunFilter, RunQuery
 from ._log import BUDGET_TOPIC, WAITING_EVENT
 from ._notices import Notices
 from ._runs import RunInfo, read_run, step_record, summarize, tally_steps
 
-__all__ = ["FINISHED", "LIVE", "ClientSource", "RunControl"]
+__all__ = ["FINISHED", "LIVE", "ClientSource", "RunCommands", "RunControl"]
 
 LIVE = ("pending", "waiting_for_input", "waiting_for_approval")
 FINISHED = ("succeeded", "failed", "cancelled")
@@ -99,32 +101,14 @@ class RunControl:
             self._query = RunQuery(_system_database(self.source))
         return self._query
 
-    def list_runs(
-        self,
-        *,
-        status: str | list[str] | None = None,
-        agent: str | None = None,
-        search: str | None = None,
-        since: Any = None,
-        until: Any = None,
-        limit: int | None = 50,
-        offset: int = 0,
-    ) -> list[RunInfo]:
-        """Runs, newest first, filtered by status, agent, text in their messages and creation
-        time; `limit` runs (None: all) after skipping `offset`."""
+    def list_runs(self, runs: RunFilter, limit: int | None = 50, offset: int = 0) -> list[RunInfo]:
+        """The runs `runs` finds, newest first: `limit` runs (None: all) after skipping
+        `offset`."""
         if (limit is not None and limit < 0) or offset < 0:
             raise DurableSwarmError(
                 f"`limit` and `offset` must not be negative (got limit={limit}, offset={offset})."
             )
-        ids = self.query.run_ids(
-            status=check_statuses(status),
-            agent=agent,
-            search=search,
-            since=since,
-            until=until,
-            limit=limit,
-            offset=offset,
-        )
+        ids = self.query.run_ids(runs, limit, offset)
         if not ids:
             return []
         rows = {
@@ -139,19 +123,9 @@ class RunControl:
         waiting = self.query.waiting(pending)
         return [summarize(rows[run_id], waiting.get(run_id)) for run_id in ids if run_id in rows]
 
-    def count_runs(
-        self,
-        *,
-        status: str | list[str] | None = None,
-        agent: str | None = None,
-        search: str | None = None,
-        since: Any = None,
-        until: Any = None,
-    ) -> int:
-        """How many runs `list_runs` with the same filters finds (without a limit)."""
-        return self.query.count(
-            status=check_statuses(status), agent=agent, search=search, since=since, until=until
-        )
+    def count_runs(self, runs: RunFilter) -> int:
+        """How many runs `runs` finds (without a limit)."""
+        return self.query.count(runs)
 
     def list_approvals(self, *, limit: int | None = None) -> list[PendingApproval]:
         """The tool calls runs wait for a person to approve, longest waiting first."""
@@ -315,7 +289,112 @@ class RunControl:
         """Delete every finished run (succeeded, failed, cancelled) created before
         `older_than` (a datetime or ISO string), with its sub-agent runs; live runs are never
         touched. Returns the runs deleted (with `dry_run`, those that would be)."""
-        runs = self.list_runs(status=list(FINISHED), until=older_than, limit=None)
+        runs = self.list_runs(RunFilter.of(FINISHED, until=older_than), limit=None)
         if runs and not dry_run:
             self.source.delete_workflows([r.run_id for r in runs], delete_children=True)
         return runs
+
+
+class RunCommands(abc.ABC):
+    """The reading and steering methods `DurableSwarm` and `DurableClient` share, written once
+    over their `runs` (a `RunControl`). Each may be called from inside a running event loop
+    (it then runs on a worker thread; it still blocks its caller)."""
+
+    @property
+    @abc.abstractmethod
+    def runs(self) -> RunControl:
+        """Reading and steering runs on this object's run database."""
+
+    @off_event_loop
+    def list_runs(
+        self,
+        *,
+        status: str | list[str] | None = None,
+        agent: str | None = None,
+        search: str | None = None,
+        since: Any = None,
+        until: Any = None,
+        limit: int | None = 50,
+        offset: int = 0,
+    ) -> list[RunInfo]:
+        """Runs, newest first: optionally only those with `status` (one or several of this
+        library's status names), on `agent` (the agent a run ended on, else the one it started
+        with), with `search` in their messages (case-insensitive text), or created between
+        `since` and `until` (datetimes or ISO strings). One page of `limit` runs (None: all)
+        after skipping `offset`; one SQL query finds the page, whatever the number of runs.
+
+        Raises `DurableSwarmError` for an unknown status, a time that is not a datetime or ISO
+        text, or a negative `limit` or `offset`."""
+        runs = RunFilter.of(status, agent, search, since, until)
+        return self.runs.list_runs(runs, limit, offset)
+
+    @off_event_loop
+    def count_runs(
+        self,
+        *,
+        status: str | list[str] | None = None,
+        agent: str | None = None,
+        search: str | None = None,
+        since: Any = None,
+        until: Any = None,
+    ) -> int:
+        """How many runs `list_runs` with the same filters finds (for paging)."""
+        return self.runs.count_runs(RunFilter.of(status, agent, search, since, until))
+
+    @off_event_loop
+    def list_approvals(self, *, limit: int | None = None) -> list[PendingApproval]:
+        """The tool calls runs wait for a person to approve (`PendingApproval`: run id, tool
+        call id, tool, the exact arguments, since when), longest waiting first."""
+        return self.runs.list_approvals(limit=limit)
+
+    # --- the person in the loop ----------------------------------------------------------
+
+    @off_event_loop
+    def send_input(self, run_id: str, text: str, *, by: str | None = None) -> None:
+        """Answer the question a run waits on (`waiting_for_input`); the process holding the
+        run (a worker, a `DurableSwarm`) resumes it, or the next one to take it. A run that is
+        not waiting for input raises `DurableSwarmError` and nothing is sent."""
+        self.runs.send_input(run_id, text, by=by)
+
+    @off_event_loop
+    def approve(self, run_id: str, tool_call_id: str, *, by: str | None = None) -> None:
+        """Approve the tool call a run waits on; it runs with exactly the arguments shown in
+        `get_run(run_id).waiting_for`. The decision, who and when are recorded in the run.
+
+        Raises `DecisionConflictError` if the call was already decided (concurrent decisions:
+        exactly one wins), and `DurableSwarmError` if the run does not wait for this call."""
+        self.runs.decide(run_id, tool_call_id, True, None, by)
+
+    @off_event_loop
+    def reject(
+        self,
+        run_id: str,
+        tool_call_id: str,
+        message: str | None = None,
+        *,
+        by: str | None = None,
+    ) -> None:
+        """Reject the tool call a run waits on; the model reads `message` as the tool's result.
+        Raises as `approve` does."""
+        self.runs.decide(run_id, tool_call_id, False, message, by)
+
+    # --- steering and deleting -----------------------------------------------------------
+
+    @off_event_loop
+    def cancel(self, run_id: str) -> None:
+        """Cancel a run and its sub-agents: they stop at their next step, status `cancelled`."""
+        self.runs.cancel(run_id)
+
+    @off_event_loop
+    def delete_run(self, run_id: str, *, force: bool = False) -> list[str]:
+        """Delete a run and its sub-agent runs from the database; returns the deleted ids.
+        A live run (pending, waiting for a person) is refused with `DurableSwarmError` unless
+        `force`, which cancels it first."""
+        return self.runs.delete(run_id, force=force)
+
+    @off_event_loop
+    def prune_runs(self, older_than: Any, *, dry_run: bool = False) -> list[RunInfo]:
+        """Delete every finished run (succeeded, failed, cancelled) created before
+        `older_than` (a datetime or ISO string), with its sub-agent runs; live runs are never
+        touched. Returns the runs deleted (with `dry_run`, the ones that would be)."""
+        return self.runs.prune(older_than, dry_run=dry_run)

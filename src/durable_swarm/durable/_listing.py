@@ -12,6 +12,7 @@ a hundred runs or a hundred thousand. The rows of a page are then read through D
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -22,7 +23,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from ..errors import DurableSwarmError
 from ._log import MESSAGE_STEPS, WAITING_EVENT, WORKFLOW_NAME, JsonSerializer
 
-__all__ = ["STATUS_NAMES", "PendingApproval", "RunQuery", "check_statuses"]
+__all__ = ["STATUS_NAMES", "PendingApproval", "RunFilter", "RunQuery"]
 
 # This library's statuses by the DBOS statuses they come from (the waits are PENDING runs).
 _DBOS_STATUSES = {
@@ -75,15 +76,51 @@ def _time(epoch_ms: int | None) -> datetime | None:
     return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc) if epoch_ms else None
 
 
-def check_statuses(status: str | list[str] | None) -> list[str]:
-    """The status names asked for, as a list (raises `DurableSwarmError` for an unknown one)."""
-    wanted = [status] if isinstance(status, str) else list(status or [])
+def _check_statuses(status: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The status names asked for (raises `DurableSwarmError` for an unknown one)."""
+    wanted = (status,) if isinstance(status, str) else tuple(status or ())
     unknown = [s for s in wanted if s not in _DBOS_STATUSES]
     if unknown:
         raise DurableSwarmError(
             f"Unknown run status {unknown[0]!r}; use one of {', '.join(_DBOS_STATUSES)}."
         )
     return wanted
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Which runs a listing or a count finds: those with one of `status` (this library's status
+    names; none: any), on `agent` (the agent a run ended on, else the one it started with),
+    with `search` in a message's content (case-insensitive), created at or after `since_ms` and
+    at or before `until_ms` (milliseconds since the epoch). Build it with `RunFilter.of`."""
+
+    status: tuple[str, ...] = ()
+    agent: str | None = None
+    search: str | None = None
+    since_ms: int | None = None
+    until_ms: int | None = None
+
+    @classmethod
+    def of(
+        cls,
+        status: str | Sequence[str] | None = None,
+        agent: str | None = None,
+        search: str | None = None,
+        since: Any = None,
+        until: Any = None,
+    ) -> RunFilter:
+        """The filter of `list_runs`'s keywords (`since`/`until`: datetimes or ISO strings).
+
+        Raises:
+            DurableSwarmError: an unknown status, or a time that is not a datetime or ISO text.
+        """
+        return cls(
+            _check_statuses(status),
+            agent or None,
+            search or None,
+            None if since is None else _epoch_ms(since, "since"),
+            None if until is None else _epoch_ms(until, "until"),
+        )
 
 
 def _status_name(dbos_status: str, waits_for: str | None) -> str:
@@ -134,16 +171,7 @@ class RunQuery:
             self._json_text(ev.c.value, "value", "kind") == kind,
         )
 
-    def _filtered(
-        self,
-        columns: list[Any],
-        *,
-        status: list[str],
-        agent: str | None,
-        search: str | None,
-        since: Any,
-        until: Any,
-    ) -> Any:
+    def _filtered(self, columns: list[Any], runs: RunFilter) -> Any:
         t = self._tables
         ws, wi, wo, ev = t.workflow_status, t.workflow_input, t.workflow_output, t.workflow_events
         ours = ws.c.name == WORKFLOW_NAME
@@ -157,7 +185,7 @@ class RunQuery:
             )
         )
         where: list[Any] = [ours]
-        if status:
+        if runs.status:
             kind = self._json_text(ev.c.value, "value", "kind")
             waits = ws.c.status == "PENDING"
             by_status = {
@@ -169,9 +197,9 @@ class RunQuery:
                 "waiting_for_approval": sa.and_(waits, self._waits_for(ev, "approval")),
             }
             where.append(
-                sa.or_(*(by_status.get(s, ws.c.status.in_(_DBOS_STATUSES[s])) for s in status))
+                sa.or_(*(by_status.get(s, ws.c.status.in_(_DBOS_STATUSES[s])) for s in runs.status))
             )
-        if agent:
+        if runs.agent:
             # The agent a run ended on (its result), else the one it started with (its input).
             # CASE keeps the JSON parsing to this library's runs.
             current = sa.case(
@@ -183,13 +211,13 @@ class RunQuery:
                     ),
                 )
             )
-            where.append(current == agent)
-        if search:
-            where.append(self._search(ws, inputs, output, search))
-        if since is not None:
-            where.append(ws.c.created_at >= _epoch_ms(since, "since"))
-        if until is not None:
-            where.append(ws.c.created_at <= _epoch_ms(until, "until"))
+            where.append(current == runs.agent)
+        if runs.search:
+            where.append(self._search(ws, inputs, output, runs.search))
+        if runs.since_ms is not None:
+            where.append(ws.c.created_at >= runs.since_ms)
+        if runs.until_ms is not None:
+            where.append(ws.c.created_at <= runs.until_ms)
         return sa.select(*columns).select_from(joined).where(*where)
 
     def _any_content(self, document: Any, path: tuple[str | int, ...], pattern: str) -> Any:
@@ -243,27 +271,12 @@ class RunQuery:
         )
         return sa.case((ws.c.name == WORKFLOW_NAME, sa.or_(in_input, in_output, in_steps)))
 
-    def run_ids(
-        self,
-        *,
-        status: list[str],
-        agent: str | None = None,
-        search: str | None = None,
-        since: Any = None,
-        until: Any = None,
-        limit: int | None = 50,
-        offset: int = 0,
-    ) -> list[str]:
-        """The ids of the runs matching the filters, newest first, one page of them."""
+    def run_ids(self, runs: RunFilter, limit: int | None = 50, offset: int = 0) -> list[str]:
+        """The ids of the runs `runs` finds, newest first, one page of them."""
         ws = self._tables.workflow_status
-        query = self._filtered(
-            [ws.c.workflow_uuid],
-            status=status,
-            agent=agent,
-            search=search,
-            since=since,
-            until=until,
-        ).order_by(ws.c.created_at.desc(), ws.c.workflow_uuid.desc())
+        query = self._filtered([ws.c.workflow_uuid], runs).order_by(
+            ws.c.created_at.desc(), ws.c.workflow_uuid.desc()
+        )
         if limit is not None:
             query = query.limit(limit)
         if offset:
@@ -271,21 +284,10 @@ class RunQuery:
         with self._engine.connect() as conn:
             return [row[0] for row in conn.execute(query)]
 
-    def count(
-        self,
-        *,
-        status: list[str],
-        agent: str | None = None,
-        search: str | None = None,
-        since: Any = None,
-        until: Any = None,
-    ) -> int:
-        """How many runs match the filters."""
-        query = self._filtered(
-            [sa.func.count()], status=status, agent=agent, search=search, since=since, until=until
-        )
+    def count(self, runs: RunFilter) -> int:
+        """How many runs `runs` finds."""
         with self._engine.connect() as conn:
-            return int(conn.execute(query).scalar_one())
+            return int(conn.execute(self._filtered([sa.func.count()], runs)).scalar_one())
 
     def waiting(self, run_ids: list[str]) -> dict[str, dict[str, Any]]:
         """What each of these runs waits for, by run id (runs waiting for nothing left out)."""

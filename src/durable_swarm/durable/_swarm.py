@@ -21,10 +21,9 @@ from ..swarm import default_model
 from ..types import Agent, Response
 from ..usage import Budget, Prices, Tally, check_budget, check_prices
 from . import _dbos
-from ._control import RunControl
+from ._control import RunCommands, RunControl
 from ._database import resolve_database_url
 from ._failures import DEFAULT_MODEL_RETRIES
-from ._listing import PendingApproval
 from ._log import naming_run, restore_contents
 from ._ownership import timing
 from ._runs import RunInfo, read_run, step_outputs
@@ -231,7 +230,7 @@ class RunHandle:
         yield {"response": await self.aresult()}
 
 
-class DurableSwarm:
+class DurableSwarm(RunCommands):
     """Swarm's `run` on durable workflows: a killed process resumes from its last finished step.
 
     Args:
@@ -531,83 +530,6 @@ class DurableSwarm:
         """`list_runs` for async code (same keyword filters)."""
         return await asyncio.to_thread(lambda: self.list_runs(**filters))
 
-    @off_event_loop
-    def list_runs(
-        self,
-        *,
-        status: str | list[str] | None = None,
-        agent: str | None = None,
-        search: str | None = None,
-        since: Any = None,
-        until: Any = None,
-        limit: int | None = 50,
-        offset: int = 0,
-    ) -> list[RunInfo]:
-        """Runs, newest first: optionally only those with `status` (one or several of this
-        library's status names), on `agent`, with `search` in their messages (case-insensitive
-        text), or created between `since` and `until` (datetimes or ISO strings). One page of
-        `limit` runs (None: all) after skipping `offset`."""
-        return self.runs.list_runs(
-            status=status,
-            agent=agent,
-            search=search,
-            since=since,
-            until=until,
-            limit=limit,
-            offset=offset,
-        )
-
-    @off_event_loop
-    def count_runs(
-        self,
-        *,
-        status: str | list[str] | None = None,
-        agent: str | None = None,
-        search: str | None = None,
-        since: Any = None,
-        until: Any = None,
-    ) -> int:
-        """How many runs `list_runs` with the same filters finds (for paging)."""
-        return self.runs.count_runs(
-            status=status, agent=agent, search=search, since=since, until=until
-        )
-
-    @off_event_loop
-    def list_approvals(self, *, limit: int | None = None) -> list[PendingApproval]:
-        """The tool calls runs wait for a person to approve, longest waiting first."""
-        return self.runs.list_approvals(limit=limit)
-
-    # --- the person in the loop ----------------------------------------------------------
-
-    @off_event_loop
-    def send_input(self, run_id: str, text: str, *, by: str | None = None) -> None:
-        """Answer the question a run waits on (`waiting_for_input`); the run resumes in
-        whichever process holds it (or at the next launch if none does). A run that is not
-        waiting for input raises `DurableSwarmError` and nothing is sent."""
-        self.runs.send_input(run_id, text, by=by)
-
-    @off_event_loop
-    def approve(self, run_id: str, tool_call_id: str, *, by: str | None = None) -> None:
-        """Approve the tool call a run waits on; it runs with exactly the arguments shown in
-        `get_run(run_id).waiting_for`. The decision, who and when are recorded in the run.
-
-        Raises `DecisionConflictError` if the call was already decided (concurrent decisions:
-        exactly one wins), and `DurableSwarmError` if the run does not wait for this call."""
-        self.runs.decide(run_id, tool_call_id, True, None, by)
-
-    @off_event_loop
-    def reject(
-        self,
-        run_id: str,
-        tool_call_id: str,
-        message: str | None = None,
-        *,
-        by: str | None = None,
-    ) -> None:
-        """Reject the tool call a run waits on; the model reads `message` as the tool's result.
-        Raises as `approve` does."""
-        self.runs.decide(run_id, tool_call_id, False, message, by)
-
     async def asend_input(self, run_id: str, text: str, *, by: str | None = None) -> None:
         """`send_input` for async code."""
         await asyncio.to_thread(self.send_input, run_id, text, by=by)
@@ -625,11 +547,6 @@ class DurableSwarm:
     # --- steering runs -------------------------------------------------------------------
 
     @off_event_loop
-    def cancel(self, run_id: str) -> None:
-        """Cancel a run and its sub-agents: they stop at their next step, status `cancelled`."""
-        self.runs.cancel(run_id)
-
-    @off_event_loop
     def resume(self, run_id: str, *, budget: Budget | None = None) -> RunHandle:
         """Continue a `cancelled` or `failed` run from its last finished step.
 
@@ -638,20 +555,6 @@ class DurableSwarm:
         stopped by its `Budget` goes on with `budget` (a higher one) in its place.
         """
         return RunHandle(self.runs.resume(run_id, budget))
-
-    @off_event_loop
-    def delete_run(self, run_id: str, *, force: bool = False) -> list[str]:
-        """Delete a run and its sub-agent runs from the database; returns the deleted ids.
-        A live run (pending, waiting for a person) is refused with `DurableSwarmError` unless
-        `force`, which cancels it first."""
-        return self.runs.delete(run_id, force=force)
-
-    @off_event_loop
-    def prune_runs(self, older_than: Any, *, dry_run: bool = False) -> list[RunInfo]:
-        """Delete every finished run (succeeded, failed, cancelled) created before
-        `older_than` (a datetime or ISO string), with its sub-agent runs; live runs are never
-        touched. Returns the runs deleted (with `dry_run`, the ones that would be)."""
-        return self.runs.prune(older_than, dry_run=dry_run)
 
     @off_event_loop
     def fork(self, run_id: str, step: int, *, new_run_id: str | None = None) -> RunHandle:

@@ -12,7 +12,7 @@ import asyncio
 import hashlib
 import hmac
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs, urlsplit
@@ -77,6 +77,15 @@ class _BadRequest(Exception):
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
+
+
+def _answer_with(status: int) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    """An exception handler answering `{"error": <the exception's message>}` with `status`."""
+
+    async def answer(request: Request, exc: Exception) -> JSONResponse:
+        return _error(status, str(exc))
+
+    return answer
 
 
 def _session_value(token: str) -> str:
@@ -162,21 +171,13 @@ def create_app(
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         return _error(422, _validation_message(exc))
 
-    @app.exception_handler(_BadRequest)
-    async def unprocessable(request: Request, exc: _BadRequest) -> JSONResponse:
-        return _error(422, str(exc))
-
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return _error(exc.status_code, str(exc.detail))
 
-    @app.exception_handler(RunNotFoundError)
-    async def not_found(request: Request, exc: RunNotFoundError) -> JSONResponse:
-        return _error(404, str(exc))
-
-    @app.exception_handler(DurableSwarmError)
-    async def conflict(request: Request, exc: DurableSwarmError) -> JSONResponse:
-        return _error(409, str(exc))
+    # An error's message is the answer's; the most specific class decides the status.
+    for error, status in ((_BadRequest, 422), (RunNotFoundError, 404), (DurableSwarmError, 409)):
+        app.add_exception_handler(error, _answer_with(status))
 
     # --- reading -----------------------------------------------------------------------------
 
