@@ -11,6 +11,7 @@ import pytest
 
 from durable_swarm import Agent, DurableSwarmError, ask_user
 from durable_swarm.durable import DurableClient
+from durable_swarm.durable._runs import run_status
 from durable_swarm.testing import ScriptedClient, ToolCall, calls
 from durable_swarm.toolkit import tool
 
@@ -138,3 +139,14 @@ def test_pending_approvals_name_the_exact_call(runs: Any, durable_swarm_factory:
     swarm = durable_swarm_factory(ScriptedClient(_script))
     assert swarm.count_runs(agent=agent, status="succeeded") == 4
     assert ids[4] not in {a.run_id for a in swarm.list_approvals()}
+
+
+def test_a_run_waits_only_while_pending_as_the_listing_counts_it() -> None:
+    # A run put back on its queue (resumed, handed back) keeps its last `waiting_for` event:
+    # get_run and list_runs both call it pending until it waits again.
+    asked = {"kind": "input", "prompt": "Which colour?"}
+    assert run_status("PENDING", asked) == "waiting_for_input"
+    assert run_status("PENDING", {"kind": "approval"}) == "waiting_for_approval"
+    assert run_status("ENQUEUED", asked) == "pending"
+    assert run_status("CANCELLED", asked) == "cancelled"
+    assert run_status("PENDING", None) == "pending"

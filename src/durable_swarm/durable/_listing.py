@@ -22,19 +22,10 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from ..errors import DurableSwarmError
 from ._log import MESSAGE_STEPS, WAITING_EVENT, WORKFLOW_NAME, JsonSerializer
+from ._runs import DBOS_STATUSES, run_status
 
-__all__ = ["STATUS_NAMES", "PendingApproval", "RunFilter", "RunQuery"]
+__all__ = ["PendingApproval", "RunFilter", "RunQuery"]
 
-# This library's statuses by the DBOS statuses they come from (the waits are PENDING runs).
-_DBOS_STATUSES = {
-    "pending": ["PENDING", "ENQUEUED", "DELAYED"],
-    "waiting_for_input": ["PENDING"],
-    "waiting_for_approval": ["PENDING"],
-    "succeeded": ["SUCCESS"],
-    "failed": ["ERROR", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"],
-    "cancelled": ["CANCELLED"],
-}
-STATUS_NAMES = tuple(_DBOS_STATUSES)
 # The step whose stored output holds a person's answer.
 _ANSWER_STEP = "DBOS.recv"
 _SET_EVENT_STEP = "DBOS.setEvent"
@@ -79,10 +70,10 @@ def _time(epoch_ms: int | None) -> datetime | None:
 def _check_statuses(status: str | Sequence[str] | None) -> tuple[str, ...]:
     """The status names asked for (raises `DurableSwarmError` for an unknown one)."""
     wanted = (status,) if isinstance(status, str) else tuple(status or ())
-    unknown = [s for s in wanted if s not in _DBOS_STATUSES]
+    unknown = [s for s in wanted if s not in DBOS_STATUSES]
     if unknown:
         raise DurableSwarmError(
-            f"Unknown run status {unknown[0]!r}; use one of {', '.join(_DBOS_STATUSES)}."
+            f"Unknown run status {unknown[0]!r}; use one of {', '.join(DBOS_STATUSES)}."
         )
     return wanted
 
@@ -121,16 +112,6 @@ class RunFilter:
             None if since is None else _epoch_ms(since, "since"),
             None if until is None else _epoch_ms(until, "until"),
         )
-
-
-def _status_name(dbos_status: str, waits_for: str | None) -> str:
-    """This library's status of a run from its DBOS status and the kind of its wait."""
-    for name, dbos in _DBOS_STATUSES.items():
-        if dbos_status in dbos and not name.startswith("waiting"):
-            if name == "pending" and dbos_status == "PENDING" and waits_for:
-                return "waiting_for_approval" if waits_for == "approval" else "waiting_for_input"
-            return name
-    return "pending"
 
 
 def _like_pattern(text: str, *, in_json: bool = True) -> str:
@@ -190,14 +171,14 @@ class RunQuery:
             waits = ws.c.status == "PENDING"
             by_status = {
                 "pending": sa.and_(
-                    ws.c.status.in_(_DBOS_STATUSES["pending"]),
+                    ws.c.status.in_(DBOS_STATUSES["pending"]),
                     sa.or_(ws.c.status != "PENDING", kind.is_(None)),
                 ),
                 "waiting_for_input": sa.and_(waits, self._waits_for(ev, "input")),
                 "waiting_for_approval": sa.and_(waits, self._waits_for(ev, "approval")),
             }
             where.append(
-                sa.or_(*(by_status.get(s, ws.c.status.in_(_DBOS_STATUSES[s])) for s in runs.status))
+                sa.or_(*(by_status.get(s, ws.c.status.in_(DBOS_STATUSES[s])) for s in runs.status))
             )
         if runs.agent:
             # The agent a run ended on (its result), else the one it started with (its input).
@@ -351,10 +332,11 @@ class RunQuery:
             .where(ws.c.name == WORKFLOW_NAME)
             .group_by(ws.c.status, kind)
         )
-        counts = dict.fromkeys(_DBOS_STATUSES, 0)
+        counts = dict.fromkeys(DBOS_STATUSES, 0)
         with self._engine.connect() as conn:
             for dbos_status, waits_for, n in conn.execute(query):
-                counts[_status_name(dbos_status, waits_for)] += int(n)
+                waiting = {"kind": waits_for} if waits_for else None
+                counts[run_status(dbos_status, waiting)] += int(n)
         return counts
 
     def step_totals(self) -> list[tuple[str, int, int, float]]:

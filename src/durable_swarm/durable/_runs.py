@@ -17,6 +17,8 @@ from ..usage import Tally, Usage
 from ._log import WAITING_EVENT, context_after, restore_contents, spec_of, step_kind
 
 __all__ = [
+    "DBOS_STATUSES",
+    "STATUSES",
     "RunInfo",
     "StepRecord",
     "read_run",
@@ -27,26 +29,24 @@ __all__ = [
     "tally_steps",
 ]
 
-STATUSES = (
-    "pending",
-    "waiting_for_input",
-    "waiting_for_approval",
-    "succeeded",
-    "failed",
-    "cancelled",
-)
+# This library's statuses by the DBOS statuses they come from (the waits are PENDING runs whose
+# `waiting_for` event is set).
+DBOS_STATUSES = {
+    "pending": ("PENDING", "ENQUEUED", "DELAYED"),
+    "waiting_for_input": ("PENDING",),
+    "waiting_for_approval": ("PENDING",),
+    "succeeded": ("SUCCESS",),
+    "failed": ("ERROR", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"),
+    "cancelled": ("CANCELLED",),
+}
+STATUSES = tuple(DBOS_STATUSES)
+_SETTLED = ("pending", "succeeded", "failed", "cancelled")  # the statuses a wait does not set
+_STATUS_OF = {
+    dbos: name for name, found in DBOS_STATUSES.items() if name in _SETTLED for dbos in found
+}
 # How often `_consistent_read` reads a moving run again before it gives the last read (a wait
 # answered and the next one set between two reads each time, many times in a row).
 _READ_ATTEMPTS = 20
-_DBOS_STATUS = {
-    "PENDING": "pending",
-    "ENQUEUED": "pending",
-    "DELAYED": "pending",
-    "SUCCESS": "succeeded",
-    "ERROR": "failed",
-    "MAX_RECOVERY_ATTEMPTS_EXCEEDED": "failed",
-    "CANCELLED": "cancelled",
-}
 
 
 @dataclass
@@ -129,11 +129,11 @@ def _time(epoch_ms: int | None) -> datetime | None:
 
 
 def run_status(dbos_status: str, waiting: dict[str, Any] | None) -> str:
-    """This library's status name for a DBOS status (and what the run waits for, if anything)."""
-    status = _DBOS_STATUS.get(dbos_status, "pending")
-    if status == "pending" and waiting:
+    """This library's status name for a DBOS status and what the run waits for (the
+    `waiting_for` event): a PENDING run waits when the event is set."""
+    if dbos_status == "PENDING" and waiting:
         return "waiting_for_approval" if waiting.get("kind") == "approval" else "waiting_for_input"
-    return status
+    return _STATUS_OF.get(dbos_status, "pending")
 
 
 def _error_text(error: Any) -> str | None:

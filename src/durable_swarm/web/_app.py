@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import StreamingResponse
 
 from ..durable._client import DurableClient
-from ..durable._listing import STATUS_NAMES
+from ..durable._runs import STATUSES
 from ..errors import DurableSwarmError, RunNotFoundError
 from ._metrics import metrics_text
 from ._views import approval_json, run_detail, run_summary, step_json, tool_arguments
@@ -197,11 +197,9 @@ def create_app(
     ) -> dict[str, Any]:
         """Runs, newest first, one page: `{"runs": [...], "total": N, "limit", "offset"}`."""
         statuses = [s for value in status or [] for s in value.split(",") if s]
-        unknown = [s for s in statuses if s not in STATUS_NAMES]
+        unknown = [s for s in statuses if s not in STATUSES]
         if unknown:
-            raise _BadRequest(
-                f"Unknown status {unknown[0]!r}; use one of {', '.join(STATUS_NAMES)}."
-            )
+            raise _BadRequest(f"Unknown status {unknown[0]!r}; use one of {', '.join(STATUSES)}.")
         filters: dict[str, Any] = {"status": statuses or None, "agent": agent or None}
         filters["search"] = q or None
         runs = client.list_runs(**filters, limit=limit, offset=offset)
@@ -298,7 +296,7 @@ def create_app(
     # --- pages -------------------------------------------------------------------------------
 
     def page(request: Request, name: str, **context: Any) -> HTMLResponse:
-        context.update(statuses=STATUS_NAMES, locked=token is not None)
+        context.update(statuses=STATUSES, locked=token is not None)
         return templates.TemplateResponse(request, name, context)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
