@@ -65,7 +65,10 @@ with DurableClient(sys.argv[1]) as client:
     counted = client.count_runs(status="succeeded")
     approvals = client.list_approvals()
 loaded = sorted(m for m in {RUNNERS!r} if m in sys.modules)
+with DurableClient(sys.argv[1]) as client:  # a result is a Response: the agent types load now
+    result = client.handle(sys.argv[2]).result()
 print(json.dumps({{
+    "result": [result.agent, result.messages[-1]["content"], result.usage.model_calls],
     "status": info.status,
     "messages": [m.get("content") for m in info.messages],
     "listed": [r.run_id for r in listed],
@@ -96,3 +99,4 @@ def test_reading_a_run_in_a_fresh_process_loads_no_runner(
     assert run_id in read["listed"]
     assert read["counted"] >= 1
     assert read["approvals"] == 0
+    assert read["result"] == ["thin-reader-agent", "Sunny in Oslo.", 2]

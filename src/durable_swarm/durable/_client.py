@@ -23,7 +23,7 @@ from ..usage import Budget, check_budget
 from . import _dbos
 from ._control import ClientSource, RunCommands, RunControl
 from ._database import display_url, is_postgres, resolve_database_url, sqlite_path
-from ._log import EVENTS_STREAM, WORKFLOW_NAME, JsonSerializer, naming_run, restore_contents
+from ._log import EVENTS_STREAM, WORKFLOW_NAME, JsonSerializer, StoredResult, naming_run
 from ._runs import RunInfo, step_outputs
 from ._values import check_input
 
@@ -86,8 +86,9 @@ class ClientRunHandle:
         """Wait for the run to finish and return its `Response` (raises the run's error).
 
         `Response.agent` is the *name* of the agent the run ended on (this process has no agent
-        objects). With `timeout` (seconds), raises `TimeoutError` if the run is not finished by
-        then; the run itself goes on.
+        objects); `usage` and `usage_by_agent` are the run's, as `DurableSwarm` gives them.
+        With `timeout` (seconds), raises `TimeoutError` if the run is not finished by then; the
+        run itself goes on.
         """
         if timeout is not None:
             deadline = time.monotonic() + timeout
@@ -103,14 +104,14 @@ class ClientRunHandle:
             output = handle.get_result(polling_interval_sec=self._client.poll_interval)
         from ..types import Response  # the agent types load the tool machinery: only here
 
-        ref = output.get("agent") or {}
         source = self._client._dbos
+        stored = StoredResult.read(output, lambda: step_outputs(source, self.run_id))
         return Response(
-            messages=restore_contents(
-                list(output.get("messages") or []), lambda: step_outputs(source, self.run_id)
-            ),
-            agent=ref.get("name"),
-            context_variables=output.get("context_variables") or {},
+            messages=stored.messages,
+            agent=(stored.agent or {}).get("name"),
+            context_variables=stored.context_variables,
+            usage=stored.tally.total,
+            usage_by_agent=stored.tally.by_agent,
         )
 
     def events(self) -> Iterator[dict[str, Any]]:

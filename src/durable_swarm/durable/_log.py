@@ -43,6 +43,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
@@ -50,6 +51,7 @@ from dbos._serialization import Serializer
 
 from .. import errors
 from ..errors import DurableSwarmError, RunError
+from ..usage import Tally, Usage
 
 __all__ = [
     "BUDGET_TOPIC",
@@ -63,11 +65,15 @@ __all__ = [
     "WORKFLOW_NAME",
     "JsonSerializer",
     "RunError",
+    "StoredResult",
+    "call_usage",
     "context_after",
     "context_changes",
     "context_snapshot",
+    "model_output",
     "naming_run",
     "restore_contents",
+    "result_output",
     "spec_of",
     "step_kind",
     "stored_in_step",
@@ -160,7 +166,66 @@ def context_after(context: dict[str, Any], output: dict[str, Any]) -> dict[str, 
     return context
 
 
-# --- the result: long tool results stored once ------------------------------------------------
+# --- model steps ----------------------------------------------------------------------------------
+
+
+def model_output(
+    message: dict[str, Any], usage: dict[str, Any] | None, model: Any, cost_usd: float | None
+) -> dict[str, Any]:
+    """A model step's output: the assistant message, the token usage the server reported, the
+    model name requested and the call's price in USD (None if unknown)."""
+    return {"message": message, "usage": usage, "model": model, "cost_usd": cost_usd}
+
+
+def call_usage(output: dict[str, Any]) -> Usage:
+    """The usage a model step's output records."""
+    return Usage.of_call(output.get("usage"), output.get("cost_usd"))
+
+
+# --- the result ----------------------------------------------------------------------------------
+
+
+def result_output(
+    messages: list[dict[str, Any]],
+    agent: dict[str, Any] | None,
+    context_variables: dict[str, Any],
+    tally: Tally,
+) -> dict[str, Any]:
+    """A run's result: the messages it added (long tool results left in their steps: see
+    `stored_in_step`), the reference of the agent it ended on, its context and its usage."""
+    return {
+        "messages": messages,
+        "agent": agent,
+        "context_variables": context_variables,
+        "usage": tally.to_json(),
+    }
+
+
+@dataclass
+class StoredResult:
+    """A run's result as read back: the messages it added (long tool results restored), the
+    reference (`name`, `fingerprint`) of the agent it ended on, its context and usage."""
+
+    messages: list[dict[str, Any]]
+    agent: dict[str, Any] | None
+    context_variables: dict[str, Any]
+    tally: Tally
+
+    @classmethod
+    def read(
+        cls, output: dict[str, Any], steps: Callable[[], Iterable[tuple[int, Any]]]
+    ) -> StoredResult:
+        """The result `output` stores; `steps()` gives the run's `(step number, output)`, read
+        only when a long tool result must be restored from them."""
+        return cls(
+            restore_contents(list(output.get("messages") or []), steps),
+            output.get("agent") or None,
+            output.get("context_variables") or {},
+            Tally.from_json(output.get("usage")),
+        )
+
+
+# --- long tool results stored once ---------------------------------------------------------------
 
 
 def stored_in_step(message: dict[str, Any], step: int) -> dict[str, Any]:

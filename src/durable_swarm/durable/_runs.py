@@ -14,7 +14,7 @@ from dbos import DBOS
 
 from ..errors import RunNotFoundError
 from ..usage import Tally, Usage
-from ._log import WAITING_EVENT, context_after, restore_contents, spec_of, step_kind
+from ._log import WAITING_EVENT, StoredResult, call_usage, context_after, spec_of, step_kind
 
 __all__ = [
     "DBOS_STATUSES",
@@ -170,7 +170,7 @@ def tally_steps(steps: list[StepRecord]) -> Tally:
     for step in steps:
         out = step.output if isinstance(step.output, dict) else {}
         if step.kind == "model" and "message" in out:
-            tally.add(step.name, Usage.of_call(out.get("usage"), out.get("cost_usd")))
+            tally.add(step.name, call_usage(out))
         elif step.kind == "join" and "usage" in out:
             tally.merge(Tally.from_json(out["usage"]))
     return tally
@@ -254,14 +254,11 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
                 messages.append({"role": "user", "content": out["text"]})
             else:
                 info.decisions.append(out)
-    output = status.output if isinstance(status.output, dict) else None
-    if output is not None:
-        stored = restore_contents(
-            list(output.get("messages") or []), lambda: [(s.step, s.output) for s in info.steps]
-        )
-        messages = list(spec.get("messages") or []) + stored
-        context = output.get("context_variables") or {}
-        agent = (output.get("agent") or {}).get("name", agent)
+    if isinstance(status.output, dict):
+        stored = StoredResult.read(status.output, lambda: [(s.step, s.output) for s in info.steps])
+        messages = list(spec.get("messages") or []) + stored.messages
+        context = stored.context_variables
+        agent = (stored.agent or {}).get("name", agent)
     info.messages, info.context_variables, info.agent = messages, context, agent
     tally = tally_steps(info.steps)
     info.usage, info.usage_by_agent = tally.total, dict(tally.by_agent)

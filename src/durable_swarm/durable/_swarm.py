@@ -19,12 +19,12 @@ from ..errors import AgentNotFoundError, DurableSwarmError
 from ..loop import RunRequest, known_agents
 from ..swarm import default_model
 from ..types import Agent, Response
-from ..usage import Budget, Prices, Tally, check_budget, check_prices
+from ..usage import Budget, Prices, check_budget, check_prices
 from . import _dbos
 from ._control import RunCommands, RunControl
 from ._database import resolve_database_url
 from ._failures import DEFAULT_MODEL_RETRIES
-from ._log import naming_run, restore_contents
+from ._log import StoredResult, naming_run
 from ._ownership import timing
 from ._runs import RunInfo, read_run, step_outputs
 from ._values import DEFAULT_MAX_RESULT_CHARS, check_input
@@ -48,23 +48,19 @@ logger = logging.getLogger("durable_swarm")
 def _response(run_id: str, output: dict[str, Any]) -> Response:
     """A run's stored result as a `Response`; the agent is the live object when there is one, and
     long tool results are read back from the steps that store them."""
-    ref = output.get("agent")
+    stored = StoredResult.read(output, lambda: step_outputs(DBOS, run_id))
     agent: Any = None
-    if ref:
+    if stored.agent:
         try:
-            agent = HOST.lookup(run_id, ref)
+            agent = HOST.lookup(run_id, stored.agent)
         except AgentNotFoundError:
-            agent = ref["name"]
-    tally = Tally.from_json(output.get("usage"))
-    messages = restore_contents(
-        list(output.get("messages") or []), lambda: step_outputs(DBOS, run_id)
-    )
+            agent = stored.agent["name"]
     return Response(
-        messages=messages,
+        messages=stored.messages,
         agent=agent,
-        context_variables=output.get("context_variables") or {},
-        usage=tally.total,
-        usage_by_agent=tally.by_agent,
+        context_variables=stored.context_variables,
+        usage=stored.tally.total,
+        usage_by_agent=stored.tally.by_agent,
     )
 
 

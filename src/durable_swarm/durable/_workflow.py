@@ -62,7 +62,7 @@ from ..tools import (
     tool_spec,
     unknown_tool,
 )
-from ..usage import Budget, Tally, Usage, call_cost
+from ..usage import Budget, Tally, call_cost
 from . import _dbos
 from ._database import describe_fault, display_url, transient_fault
 from ._dbos import tool_executor
@@ -73,9 +73,12 @@ from ._log import (
     INLINE_CHARS,
     WAITING_EVENT,
     WORKFLOW_NAME,
+    call_usage,
     context_after,
     context_changes,
     context_snapshot,
+    model_output,
+    result_output,
     stored_in_step,
 )
 from ._notices import Notices
@@ -394,7 +397,7 @@ class DurableRuntime:
             usage = model.usage_of(completion)
             cost = call_cost(model_name, usage, self.prices)
             tracing.record_completion(span, completion, usage, cost, message)
-            return {"message": message, "usage": usage, "model": model_name, "cost_usd": cost}
+            return model_output(message, usage, model_name, cost)
 
         # The span is made inside the step: a step replayed from the log makes none.
         async def model_step() -> dict[str, Any]:
@@ -436,7 +439,7 @@ class DurableRuntime:
             if failure is e:
                 raise
             raise failure from None
-        self.tally.add(sender, Usage.of_call(output.get("usage"), output.get("cost_usd")))
+        self.tally.add(sender, call_usage(output))
         message: dict[str, Any] = output["message"]
         return message
 
@@ -460,7 +463,7 @@ class DurableRuntime:
         requested, message = effect.request.get("model"), assembler.message()
         cost = call_cost(requested, assembler.usage, self.prices)
         tracing.record_completion(span, assembler.last_chunk, assembler.usage, cost, message)
-        return {"message": message, "usage": assembler.usage, "model": requested, "cost_usd": cost}
+        return model_output(message, assembler.usage, requested, cost)
 
     async def await_input(self, effect: WaitForInput) -> Any:
         """A durable wait for the person: published as the run's `waiting_for` event, answered
@@ -785,9 +788,9 @@ async def _run(run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
     finally:
         if run.stream:
             await DBOS.close_stream_async(EVENTS_STREAM)
-    return {
-        "messages": runtime.compact(response.messages),
-        "agent": agent_ref(response.agent) if response.agent is not None else None,
-        "context_variables": response.context_variables,
-        "usage": runtime.tally.to_json(),
-    }
+    return result_output(
+        runtime.compact(response.messages),
+        agent_ref(response.agent) if response.agent is not None else None,
+        response.context_variables,
+        runtime.tally,
+    )
