@@ -11,6 +11,8 @@ id recover each other's runs at launch) and a scripted model, then does one `act
 * `refund_start`: run AG2's refund example through `initiate_swarm_chat` (blocks at the first
   question to the person);
 * `recover`: launch (DBOS recovers this executor's pending runs) and wait for `run_id`'s result;
+* `unwatched_approval_start`: `approval_start` as the release before watched waits ran it: the
+  run waits in a plain `DBOS.recv` (its log has no `watch:` step; recovery must replay it so);
 * `repl`: `run_demo_loop(echo, swarm=..., session_id=run_id, input_fn=...)` reading `lines`; when
   they run out it blocks (`then: "block"`, for the test to kill it) or ends input (`"eof"`).
 
@@ -76,6 +78,20 @@ def block_forever() -> None:
         time.sleep(60)
 
 
+def unwatched_waits() -> None:
+    """Make this process wait as the release before watched waits did (no patch marker)."""
+    from dbos import DBOS
+
+    from durable_swarm.durable._log import WATCHED_WAITS
+
+    patch = DBOS.patch_async
+
+    async def without_watched_waits(name: str) -> bool:
+        return False if name == WATCHED_WAITS else await patch(name)
+
+    DBOS.patch_async = without_watched_waits  # type: ignore[method-assign]
+
+
 def run(config: dict[str, Any]) -> None:
     """Do what `config` says (see the module's docstring)."""
     work, name, run_id = Path(config["work_dir"]), config["name"], config["run_id"]
@@ -94,6 +110,9 @@ def run(config: dict[str, Any]) -> None:
         executor_id=config["executor_id"],
     )
     action = config["action"]
+    if action == "unwatched_approval_start":
+        unwatched_waits()
+        action = "approval_start"
     if action == "approval_start":
         watch_waits(swarm, work, name, run_id)
         swarm.start(_agents.cashier, [{"role": "user", "content": "Pay Bob 30."}], run_id=run_id)

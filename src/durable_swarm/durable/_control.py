@@ -21,6 +21,7 @@ from ._listing import PendingApproval, RunFilter, RunQuery
 from ._log import BUDGET_TOPIC, WAITING_EVENT
 from ._notices import Notices
 from ._runs import RunInfo, read_run, step_record, summarize, tally_steps
+from ._waits import nudge_watchers
 
 __all__ = ["FINISHED", "LIVE", "ClientSource", "RunCommands", "RunControl"]
 
@@ -208,6 +209,7 @@ class RunControl:
         """Cancel a run and its sub-agents."""
         self.get_run(run_id)
         self.source.cancel_workflow(run_id, cancel_children=True)
+        nudge_watchers()  # a run of this process waiting for a person gives its wait up now
 
     def resume(self, run_id: str, budget: Budget | None = None) -> str:
         """Continue a cancelled run, or a failed one from the step that failed. With `budget`,

@@ -17,6 +17,7 @@ from ._database import describe_fault, display_url, prepare_sqlite
 from ._failures import quiet_tracebacks
 from ._log import REPLAY_VERSION, JsonSerializer
 from ._ownership import Ownership, gate_queues, new_executor_id, timing
+from ._waits import stop_watchers
 
 __all__ = [
     "APPLICATION_VERSION",
@@ -47,6 +48,11 @@ _ownership: Ownership | None = None
 
 def _instance() -> Any:
     return getattr(dbos_internals, "_dbos_global_instance", None)
+
+
+def system_database() -> Any:
+    """The launched DBOS's system database object (its engine and table definitions)."""
+    return _instance()._sys_db
 
 
 def is_launched() -> bool:
@@ -300,6 +306,7 @@ def shutdown() -> None:
         ownership, _ownership = _ownership, None
         if ownership is not None:
             ownership.halt()
+        stop_watchers()
         if _owned and _instance() is not None:
             DBOS.destroy(workflow_completion_timeout_sec=0)
         if ownership is not None:

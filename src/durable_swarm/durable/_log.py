@@ -26,6 +26,9 @@ The shapes, by where they are stored:
   `context_variables`, `handoff`, `ask`, `step` (`context_after` applies them);
 - a handoff step `handoff:<from>-><to>`, a tool list `tools:<server>`, a budget refusal
   `budget:<limit>`;
+- a wait for a person: DBOS's patch marker `WATCHED_WAITS` (runs logged before it replay a plain
+  `DBOS.recv`), the `WAITING_EVENT` event, then a `watch:<kind>` step (no output; it ends when an
+  answer is in the database) before each `DBOS.recv` that takes the answer;
 - the `WAITING_EVENT` event: what the run waits for (`wait_id`, `kind`, `agent`, `prompt`,
   `tool_call`, `digest`), None while it does not wait; the answers it receives (`DBOS.recv`
   steps): `{"text", "by", "at"}` or a decision;
@@ -62,6 +65,7 @@ __all__ = [
     "REPLAY_VERSION",
     "SCHEMA_VERSION",
     "WAITING_EVENT",
+    "WATCHED_WAITS",
     "WORKFLOW_NAME",
     "JsonSerializer",
     "RunError",
@@ -92,6 +96,8 @@ BUDGET_TOPIC = "budget"  # messages raising a run's budget (see `DurableRuntime.
 # `{"role": "tool", ..., "content": None, IN_STEP: step}` (see `restore_contents`).
 IN_STEP = "content_in_step"
 INLINE_CHARS = 1000
+# The DBOS patch a run's log holds before each wait watched by `durable._waits`.
+WATCHED_WAITS = "durable-swarm-watched-waits"
 # Steps whose stored output holds a message (`message`): model and tool calls (SQL LIKE patterns).
 MESSAGE_STEPS = ("model:%", "tool:%")
 

@@ -72,6 +72,7 @@ from ._log import (
     EVENTS_STREAM,
     INLINE_CHARS,
     WAITING_EVENT,
+    WATCHED_WAITS,
     WORKFLOW_NAME,
     call_usage,
     context_after,
@@ -83,13 +84,15 @@ from ._log import (
 )
 from ._notices import Notices
 from ._values import DEFAULT_MAX_RESULT_CHARS, json_problem
+from ._waits import watcher_for
 
 logger = logging.getLogger("durable_swarm")
 # One line per run event (a worker prints them; elsewhere they are INFO records of this logger).
 run_log = logging.getLogger("durable_swarm.runs")
 T = TypeVar("T")
 
-# A wait re-arms after this long; it may go on for as long as it takes.
+# A wait re-arms after this long; it may go on for as long as it takes (runs logged before
+# waits were watched, see `durable._waits`).
 WAIT_SECONDS = 7 * 24 * 3600.0
 JOIN_POLL_SECONDS = 0.1
 # A run waiting for an agent this process lacks: how often it checks for its cancellation, and
@@ -478,9 +481,16 @@ class DurableRuntime:
             "tool_call": effect.call,
             "digest": digest,
         }
+        # Runs logged before waits were watched replay their plain `recv`: DBOS's patch marker,
+        # placed before the event (a wait of that release always recorded its event first).
+        watched = await DBOS.patch_async(WATCHED_WAITS)
         await DBOS.set_event_async(WAITING_EVENT, waiting)
         while True:
-            message = await DBOS.recv_async(effect.kind, timeout_seconds=WAIT_SECONDS)
+            if watched:
+                await DBOS.run_step_async({"name": f"watch:{effect.kind}"}, self._answered, effect)
+                message = await DBOS.recv_async(effect.kind, timeout_seconds=0)
+            else:
+                message = await DBOS.recv_async(effect.kind, timeout_seconds=WAIT_SECONDS)
             if not isinstance(message, dict):
                 continue
             if effect.kind == "input":
@@ -499,6 +509,11 @@ class DurableRuntime:
             )
         await DBOS.set_event_async(WAITING_EVENT, None)
         return answer
+
+    async def _answered(self, effect: WaitForInput) -> None:
+        """The body of a `watch:<kind>` step: returns once an answer is in the database (this
+        process's `WaitWatcher` sees it); the run then takes it with `DBOS.recv`."""
+        await watcher_for(_dbos.system_database()).wait(self.run_id, effect.kind)
 
     async def arecord(self, effect: Transition) -> None:
         """A handoff, recorded as a step of its own (visible in the run's timeline)."""

@@ -1,0 +1,273 @@
+"""Runs waiting for a person: one watcher per process, whatever the number of waiting runs.
+
+A run waiting for input or an approval sits in a DBOS step (`watch:input`, `watch:approval`) whose
+body returns once a DBOS message for the run is in the database; the run then takes it with
+`DBOS.recv` (so the message is consumed and recorded exactly as before). `DBOS.recv` alone would
+cost a database query per waiting run every poll interval on SQLite (and one per minute on
+PostgreSQL): idle waits that grow with their number. Here one thread per process watches for new
+messages for all of them:
+- on SQLite, by the rowid of DBOS's `notifications` table (one indexed range query per poll
+  interval, however many runs wait; SQLite commits one writer at a time, so rowids appear in
+  commit order);
+- on PostgreSQL, by listening on the channel DBOS's trigger notifies for every message (no
+  polling at all).
+Every `SWEEP_SECONDS`, and after the listener reconnects, it also checks every waiting run
+directly (batched), so a message it missed (a dropped connection, a deleted row whose rowid came
+back) still wakes its run, and a waiting run that was cancelled gives its task up.
+
+The watcher thread runs only while some run waits; a process with no waiting run makes no query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy as sa
+from dbos._error import DBOSWorkflowCancelledError
+
+__all__ = ["SWEEP_SECONDS", "WaitWatcher", "nudge_watchers", "stop_watchers", "watcher_for"]
+
+logger = logging.getLogger("durable_swarm")
+
+SWEEP_SECONDS = 30.0
+BATCH = 500  # run ids per IN (...) list
+CHANNEL = "dbos_notifications_channel"  # what DBOS's trigger on `notifications` notifies
+
+Key = tuple[str, str]  # (run id, topic)
+
+
+class WaitWatcher:
+    """Wakes the runs of this process that wait for a DBOS message (see the module docstring).
+
+    `sys_db` is DBOS's system database object (its engine and table definitions); `poll_interval`
+    is how often SQLite is read for new messages (DBOS's own notification poll interval).
+    """
+
+    def __init__(self, sys_db: Any, poll_interval: float) -> None:
+        self._engine: sa.Engine = sys_db.engine
+        self._notifications = sys_db.tables.notifications
+        self._status = sys_db.tables.workflow_status
+        self._postgres = self._engine.dialect.name == "postgresql"
+        self._poll = max(0.01, poll_interval)
+        self._lock = threading.Lock()
+        self._waiters: dict[Key, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = {}
+        self._wake = threading.Event()  # a waiter arrived: the thread starts or stops sleeping
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        self._nudged = False  # sweep at the next look (a run was cancelled in this process)
+
+    # --- the waiting side (the event loop of a run) -------------------------------------------
+
+    async def wait(self, run_id: str, topic: str) -> None:
+        """Return once a message on `topic` for `run_id` is in the database, not consumed yet.
+
+        Raises `DBOSWorkflowCancelledError` when the run is found cancelled while it waits.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        key = (run_id, topic)
+        with self._lock:
+            self._waiters.setdefault(key, []).append((loop, future))
+            self._ensure_thread()
+        try:
+            # A message sent before this run registered is found by looking once, now.
+            if await asyncio.to_thread(self._pending, [key]):
+                return
+            await future
+        finally:
+            with self._lock:
+                entries = self._waiters.get(key, [])
+                entries[:] = [(lp, f) for lp, f in entries if f is not future]
+                if not entries:
+                    self._waiters.pop(key, None)
+
+    def waiting(self) -> int:
+        """How many waits this watcher holds now."""
+        with self._lock:
+            return sum(len(entries) for entries in self._waiters.values())
+
+    def nudge(self) -> None:
+        """Check every waiting run at the next look, not at the next sweep (a cancellation)."""
+        self._nudged = True
+
+    def stop(self) -> None:
+        """Stop the thread (DBOS is shutting down); waits still held are left to their tasks."""
+        self._stopped = True
+        self._wake.set()
+
+    # --- the watching side (one thread) ---------------------------------------------------------
+
+    def _ensure_thread(self) -> None:
+        self._wake.set()
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(
+                target=self._run, name="durable-swarm-waits", daemon=True
+            )
+            self._thread.start()
+
+    def _keys(self) -> list[Key]:
+        with self._lock:
+            return list(self._waiters)
+
+    def _resolve(self, keys: Iterable[Key], error: BaseException | None = None) -> None:
+        with self._lock:
+            entries = [entry for key in keys for entry in self._waiters.get(key, [])]
+        for loop, future in entries:
+            loop.call_soon_threadsafe(_settle, future, error)
+
+    def _run(self) -> None:
+        while not self._stopped:
+            if not self._keys():
+                self._wake.clear()
+                if not self._keys():  # nothing waits: sleep until a waiter arrives
+                    self._wake.wait(SWEEP_SECONDS)
+                continue
+            try:
+                if self._postgres:
+                    self._listen()
+                else:
+                    self._poll_rowids()
+            except Exception as e:  # the database is away: sweep once it answers again
+                if self._stopped:
+                    return
+                logger.warning("Watching for answers to waiting runs failed (%s); retrying.", e)
+                time.sleep(1.0)
+
+    def _poll_rowids(self) -> None:
+        """SQLite: read the messages added since the last look, by rowid."""
+        n = self._notifications
+        with self._engine.connect() as conn:
+            newest: Any = sa.select(sa.func.max(sa.literal_column("rowid"))).select_from(n)
+            seen: int = conn.execute(newest).scalar() or 0
+        self._sweep()
+        swept = time.monotonic()
+        while not self._stopped and self._keys():
+            time.sleep(self._poll)
+            with self._engine.connect() as conn:
+                rows = conn.execute(
+                    sa.select(sa.literal_column("rowid"), n.c.destination_uuid, n.c.topic).where(
+                        sa.literal_column("rowid") > seen
+                    )
+                ).all()
+            if rows:
+                seen = max(seen, max(int(r[0]) for r in rows))
+                self._wake_found({(r[1], r[2]) for r in rows})
+            if self._nudged or time.monotonic() - swept >= SWEEP_SECONDS:
+                self._sweep()
+                swept = time.monotonic()
+
+    def _listen(self) -> None:
+        """PostgreSQL: LISTEN on DBOS's notifications channel on a connection of its own."""
+        raw = self._engine.raw_connection()
+        raw.detach()
+        conn: Any = raw.dbapi_connection
+        try:
+            conn.autocommit = True
+            conn.execute(f"LISTEN {CHANNEL}")
+            self._sweep()  # what was sent before listening
+            swept = time.monotonic()
+            while not self._stopped and self._keys():
+                found: set[Key] = set()
+                for notify in conn.notifies(timeout=1.0, stop_after=1000):
+                    run_id, _, topic = (notify.payload or "").partition("::")
+                    found.add((run_id, topic))
+                if found:
+                    self._wake_found(found)
+                if self._nudged or time.monotonic() - swept >= SWEEP_SECONDS:
+                    self._sweep()
+                    swept = time.monotonic()
+        finally:
+            raw.close()
+
+    def _wake_found(self, found: set[Key]) -> None:
+        """Wake the waits among `found` whose message is still there (a run consumes its own)."""
+        keys = [key for key in self._keys() if key in found]
+        if keys:
+            self._resolve(self._pending(keys))
+
+    def _sweep(self) -> None:
+        """Check every waiting run directly: a pending message wakes it, a cancellation ends it."""
+        self._nudged = False
+        keys = self._keys()
+        if not keys:
+            return
+        self._resolve(self._pending(keys))
+        cancelled = self._cancelled({run_id for run_id, _ in keys})
+        if cancelled:
+            for run_id in cancelled:
+                error = DBOSWorkflowCancelledError(f"Run {run_id} was cancelled while it waited")
+                self._resolve([k for k in keys if k[0] == run_id], error)
+
+    def _pending(self, keys: list[Key]) -> list[Key]:
+        """Those of `keys` with an unconsumed message in the database."""
+        n, wanted, found = self._notifications, set(keys), list[Key]()
+        run_ids = sorted({run_id for run_id, _ in keys})
+        with self._engine.connect() as conn:
+            for i in range(0, len(run_ids), BATCH):
+                rows = conn.execute(
+                    sa.select(n.c.destination_uuid, n.c.topic)
+                    .where(
+                        n.c.destination_uuid.in_(run_ids[i : i + BATCH]),
+                        n.c.consumed == sa.false(),
+                    )
+                    .distinct()
+                ).all()
+                found.extend(key for r in rows if (key := (r[0], r[1])) in wanted)
+        return found
+
+    def _cancelled(self, run_ids: set[str]) -> list[str]:
+        ws, ids, found = self._status, sorted(run_ids), list[str]()
+        with self._engine.connect() as conn:
+            for i in range(0, len(ids), BATCH):
+                rows = conn.execute(
+                    sa.select(ws.c.workflow_uuid).where(
+                        ws.c.workflow_uuid.in_(ids[i : i + BATCH]), ws.c.status == "CANCELLED"
+                    )
+                ).all()
+                found.extend(r[0] for r in rows)
+        return found
+
+
+def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
+    if not future.done():
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+
+_watchers: dict[int, WaitWatcher] = {}
+_watchers_lock = threading.Lock()
+
+
+def watcher_for(sys_db: Any) -> WaitWatcher:
+    """The watcher of the launched DBOS's system database `sys_db` (one per launch)."""
+    with _watchers_lock:
+        watcher = _watchers.get(id(sys_db))
+        if watcher is None:
+            for old in _watchers.values():
+                old.stop()
+            _watchers.clear()
+            poll = getattr(sys_db, "_notification_listener_polling_interval_sec", 1.0)
+            watcher = _watchers[id(sys_db)] = WaitWatcher(sys_db, float(poll))
+        return watcher
+
+
+def stop_watchers() -> None:
+    """Stop every watcher (DBOS is shutting down in this process)."""
+    with _watchers_lock:
+        for watcher in _watchers.values():
+            watcher.stop()
+        _watchers.clear()
+
+
+def nudge_watchers() -> None:
+    """Make this process's watcher check its waiting runs now (one was just cancelled here)."""
+    with _watchers_lock:
+        for watcher in _watchers.values():
+            watcher.nudge()

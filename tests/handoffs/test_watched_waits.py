@@ -1,0 +1,101 @@
+"""Runs waiting for a person are watched by one thread per process (SQLite and PostgreSQL).
+
+* many waiting runs cost a bounded number of queries: far fewer than one per waiting run per
+  poll interval (what a plain `DBOS.recv` per run costs on SQLite), and none on PostgreSQL,
+  where DBOS's trigger notifies each message;
+* each answer wakes exactly its run, and the watcher holds no wait once they are answered;
+* a waiting run that is cancelled gives its wait up; resumed, it waits again and finishes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+
+from _support.wait import wait_for
+from durable_swarm import DurableSwarm, ask_user
+from durable_swarm.durable import _dbos
+from durable_swarm.durable._waits import watcher_for
+from durable_swarm.testing import ToolCall, calls
+
+from ._memory import Model, agent
+from ._waiting import wait_status
+
+RUNS = 30
+IDLE_SECONDS = 2.0
+
+
+def _ask_then_greet(messages: list[dict[str, Any]], tools: Any) -> Any:
+    if messages[-1]["role"] == "user":
+        return calls(ToolCall("ask_user", {"question": "Your name?"}))
+    return f"Hello {messages[-1]['content']}."
+
+
+def _swarm(durable: Callable[..., DurableSwarm]) -> tuple[DurableSwarm, Any]:
+    clerk = agent("Clerk", functions=[ask_user])
+    return durable(Model(Clerk=_ask_then_greet).client), clerk
+
+
+def _notification_queries(seconds: float) -> int:
+    """Statements on DBOS's `notifications` table this process makes in `seconds`."""
+    engine = _dbos.system_database().engine
+    seen: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "notifications" in statement:
+            seen.append(statement)
+
+    sa.event.listen(engine, "before_cursor_execute", count)
+    try:
+        time.sleep(seconds)  # the idle window being measured, not a synchronisation
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", count)
+    return len(seen)
+
+
+def test_many_waiting_runs_cost_one_watcher(
+    durable: Callable[..., DurableSwarm], backend: str
+) -> None:
+    swarm, clerk = _swarm(durable)
+    handles = [swarm.start(clerk, [{"role": "user", "content": "hi"}]) for _ in range(RUNS)]
+    for handle in handles:
+        wait_status(swarm, handle.run_id, "waiting_for_input")
+    watcher = watcher_for(_dbos.system_database())
+    wait_for(lambda: watcher.waiting() >= RUNS, f"{RUNS} waits held by the watcher")
+
+    queries = _notification_queries(IDLE_SECONDS)
+    # A plain DBOS.recv per run polls once per run per interval on SQLite (RUNS x 10 / s here).
+    per_run_polls = RUNS * IDLE_SECONDS / swarm.poll_interval
+    assert queries < per_run_polls / 5, (queries, per_run_polls)
+    if backend == "postgres":
+        assert queries <= 2  # LISTEN: no polling (a sweep may fall in the window)
+
+    for i, handle in enumerate(handles):
+        swarm.send_input(handle.run_id, f"Ada{i}")
+    for i, handle in enumerate(handles):
+        assert handle.result().messages[-1]["content"] == f"Hello Ada{i}."
+    wait_for(lambda: watcher.waiting() == 0, "the watcher to hold no wait")
+
+
+def test_a_cancelled_waiting_run_gives_its_wait_up_and_resumes(
+    durable: Callable[..., DurableSwarm],
+) -> None:
+    swarm, clerk = _swarm(durable)
+    handle = swarm.start(clerk, [{"role": "user", "content": "hi"}])
+    wait_status(swarm, handle.run_id, "waiting_for_input")
+    watcher = watcher_for(_dbos.system_database())
+    wait_for(lambda: watcher.waiting() >= 1, "the run's wait held by the watcher")
+
+    swarm.cancel(handle.run_id)
+    wait_for(lambda: watcher.waiting() == 0, "the cancelled run to give its wait up")
+    assert swarm.get_run(handle.run_id).status == "cancelled"
+
+    swarm.resume(handle.run_id)
+    wait_status(swarm, handle.run_id, "waiting_for_input")
+    swarm.send_input(handle.run_id, "Ada")
+    info = wait_status(swarm, handle.run_id, "succeeded")
+    assert info.messages[-1]["content"] == "Hello Ada."
+    assert [s.kind for s in info.steps].count("wait") == 1
