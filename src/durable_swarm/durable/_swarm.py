@@ -265,8 +265,10 @@ class DurableSwarm(RunCommands):
     key, before anything is stored; a tool whose result cannot be stored answers the model with
     an error naming the key, and its changes to `context_variables` are dropped.
 
-    DBOS is launched lazily, once per process, at the first call that needs it; pending runs of
-    the database are recovered then. If the app launched DBOS itself, its DBOS is used.
+    DBOS is launched lazily, once per process, at the first call that needs it. From then on
+    this process finishes its own executor id's pending runs and takes over those of processes
+    dead for `dead_after` seconds (never a live process's runs). If the app launched DBOS
+    itself, its DBOS is used.
     """
 
     def __init__(
