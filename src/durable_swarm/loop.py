@@ -129,12 +129,14 @@ Loop = Generator[Effect, Any, Response]
 @dataclass(frozen=True)
 class RunRequest:
     """One run's input, built once by the facade that starts it (`Swarm.run`,
-    `DurableSwarm.start`, ... take these as arguments) and read by the turn loop and runtimes.
+    `DurableSwarm.start`, ... take these as arguments) and read by the turn loop and the durable
+    runtime.
 
     The first eight fields are Swarm's `run` arguments, in Swarm's order; `after_work` and
     `agents` are the swarm-level handoff options (see `turn_loop`); `run_id` names a durable run
-    (None: a new one) and `budget` limits it (None: the swarm's default). `messages` and
-    `context_variables` are the caller's objects: whoever stores or changes them copies them.
+    (None: a new one) and `budget` limits it (None: the swarm's default); an in-memory `Swarm`
+    refuses both. `messages` and `context_variables` are the caller's objects: whoever stores or
+    changes them copies them.
     """
 
     agent: Any
