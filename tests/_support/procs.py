@@ -1,5 +1,7 @@
 """Child processes for the tests that kill processes: the client of the fork server
-(`zygote.py`), the children it forks and a group of them per test (`wait_for` is in `wait.py`).
+(`zygote.py`), the children it forks and a group of them per test (`wait_for` is in `wait.py`);
+and `ScriptProcess`, a script run as a process of its own (workers, plain `DurableSwarm`
+processes), with `script_processes` to start a test's or a module's and kill them at the end.
 
 A test directory subclasses `Child` for what its own `_child.run(config)` leaves behind (results,
 stream events, waits...) and wraps `children()` / `wait_for` with its own names.
@@ -9,10 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -148,3 +151,96 @@ def children(
         yield group
     finally:
         group.stop_all()
+
+
+CHILD_ENV = {"DURABLE_SWARM_LOG_LEVEL": "ERROR"}  # what a child adds to this process's environment
+
+
+class ScriptProcess:
+    """`python <script> <config as JSON>` (run from the script's folder), or `python -m <module>
+    <config as JSON>` for a module name (run from `tests/`), in a process (and session) of its
+    own with `env` added, its output in `<log_dir>/<name>.log`. `wrap` prefixes the command
+    (e.g. `unshare ...`)."""
+
+    def __init__(
+        self,
+        name: str,
+        script: Path | str,
+        log_dir: Path,
+        env: dict[str, str],
+        config: Any,
+        wrap: list[str] | None = None,
+    ) -> None:
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self._wrapped = bool(wrap)
+        run = [str(script)] if isinstance(script, Path) else ["-m", script]
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                [*(wrap or []), sys.executable, *run, json.dumps(config)],
+                cwd=script.parent if isinstance(script, Path) else TESTS_DIR,
+                env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int:
+        """The pid of the Python process (under a `wrap` command, that command's child)."""
+        if not self._wrapped:
+            return self.proc.pid
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        found = children.read_text().split() if children.exists() else []
+        return int(found[0]) if found else self.proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def output(self) -> str:
+        return self.log_path.read_text()
+
+    def signal(self, number: int) -> None:
+        """Send signal `number` to the Python process, if it still runs."""
+        if self.proc.poll() is None:
+            os.kill(self.pid, number)
+
+    def wait_output(self, text: str) -> Any:
+        """Wait until the process printed `text` (fail early if it exits); returns `self`."""
+        wait_for(lambda: text in self.output(), f"{self.name} to print {text!r}", processes=(self,))
+        return self
+
+    def terminate(self) -> int:
+        """SIGTERM (a clean shutdown; a stopped process is continued first); the exit code."""
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=scaled(TIMEOUT))
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies on the spot, nothing of it runs any more."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=scaled(TIMEOUT))
+
+
+@contextmanager
+def script_processes(
+    log_dir: Path, env: dict[str, str], make: Callable[..., ScriptProcess] = ScriptProcess
+) -> Iterator[Callable[..., Any]]:
+    """`start(name, script, config, **options) -> make(name, script, log_dir, env, config,
+    **options)`; every process started is killed at the end."""
+    started: list[ScriptProcess] = []
+
+    def start(name: str, script: Path | str, config: Any, **options: Any) -> Any:
+        process = make(name, script, log_dir, env, config, **options)
+        started.append(process)
+        return process
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            process.kill()

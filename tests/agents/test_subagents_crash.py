@@ -12,10 +12,8 @@ recovers the dead one's pending runs (the parent and the unfinished children) at
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import threading
 import uuid
 from collections import Counter
@@ -26,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from _support.procs import CHILD_ENV, ScriptProcess
 from _support.wait import wait_for as support_wait_for
 from durable_swarm.testing import FakeOpenAIServer, Fault, Reply
 
@@ -65,25 +64,14 @@ class HeldModel:
 ALL_KEYS = [("Lead", 0), ("Lead", 3)] + [(w, s) for w in WORKERS for s in (0, 1)]
 
 
-class Process:
-    """A `_crash_child` process; `kill()` sends SIGKILL."""
+class Process(ScriptProcess):
+    """An `agents._crash_child` process; `kill()` sends SIGKILL."""
 
     def __init__(self, name: str, work: Path, config: dict[str, Any]) -> None:
-        self.name = name
         self.result_path = work / f"{name}.result.json"
         self.progress_path = work / f"{name}.progress.json"
-        self.log_path = work / f"{name}.log"
         config = {**config, "result": str(self.result_path), "progress": str(self.progress_path)}
-        env = {**os.environ, "DURABLE_SWARM_LOG_LEVEL": "ERROR", "PYTHONUNBUFFERED": "1"}
-        with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "agents._crash_child", json.dumps(config)],
-                cwd=TESTS_DIR,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        super().__init__(name, "agents._crash_child", work, CHILD_ENV, config)
 
     def progress(self) -> dict[str, str]:
         try:
@@ -91,24 +79,13 @@ class Process:
         except (OSError, ValueError):
             return {}
 
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(TIMEOUT)
-
     def finish(self) -> dict[str, Any]:
         try:
             code = self.proc.wait(TIMEOUT)
         except subprocess.TimeoutExpired:
             raise AssertionError(f"{self.name} did not finish:\n{self.output()}") from None
-        assert code == 0, f"{self.name} exited with {code}:\n{self.output()}"
+        assert code == 0, f"{self.name} exited with {code}:\n{self.output()[-6000:]}"
         return json.loads(self.result_path.read_text())  # type: ignore[no-any-return]
-
-    def output(self) -> str:
-        return self.log_path.read_text()[-6000:] if self.log_path.exists() else ""
-
-    def poll(self) -> int | None:
-        return self.proc.poll()
 
 
 def wait_for(condition: Callable[[], Any], what: str, process: Process) -> None:

@@ -28,15 +28,21 @@ def main(config: dict[str, Any]) -> None:
             while len(list(folder.glob(f"{run_id}-*"))) < config["racers"]:
                 assert time.monotonic() < deadline, "the other racer never came"
                 time.sleep(0.001)
-            try:
-                if config["approve"]:
-                    client.approve(run_id, "c1", by=name)
-                else:
-                    client.reject(run_id, "c1", "no", by=name)
-                outcomes[run_id] = "won"
-            except DecisionConflictError as e:
-                outcomes[run_id] = {"approved": e.approved, "by": e.by, "at": e.at}
+            outcomes[run_id] = decision(client, run_id, config["approve"], name)
     print(json.dumps(outcomes), flush=True)
+
+
+def decision(decider: Any, run_id: str, approve: bool, name: str) -> Any:
+    """Approve (or reject) tool call `c1` of `run_id` as `name` through `decider` (a swarm or
+    a thin client): "won", or the fields of the `DecisionConflictError` it raised."""
+    try:
+        if approve:
+            decider.approve(run_id, "c1", by=name)
+        else:
+            decider.reject(run_id, "c1", "no", by=name)
+        return "won"
+    except DecisionConflictError as e:
+        return {"approved": e.approved, "by": e.by, "at": e.at}
 
 
 if __name__ == "__main__":

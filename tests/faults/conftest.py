@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -106,8 +103,8 @@ def result(work_dir: Path, tag: str) -> list[dict[str, Any]] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-class Proc:
-    """A real child process (`_plain.py` or `_serve.py`) with its output in a log file."""
+class Proc(procs.ScriptProcess):
+    """A real child process (`_plain.py`, `_serve.py`...) with its output in a log file."""
 
     def __init__(
         self,
@@ -118,58 +115,10 @@ class Proc:
         config: Any,
         isolated: bool = False,
     ):
-        self.name = name
-        self.log_path = log_dir / f"{name}.log"
-        self._log = open(self.log_path, "w")  # noqa: SIM115 (closed in stop())
         # `isolated`: in a pid namespace of its own, as if on another machine (no process can
         # check its pid: only its heartbeat tells whether it lives).
         wrap = ["unshare", "--pid", "--fork", "--kill-child"] if isolated else []
-        self.proc = subprocess.Popen(
-            [*wrap, sys.executable, str(HERE / script), json.dumps(config)],
-            cwd=HERE,
-            env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    @property
-    def pid(self) -> int:
-        """The pid of the Python process (under `unshare`, its child)."""
-        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
-        found = children.read_text().split() if children.exists() else []
-        return int(found[0]) if found else self.proc.pid
-
-    def poll(self) -> int | None:
-        return self.proc.poll()
-
-    def output(self) -> str:
-        return self.log_path.read_text()
-
-    def wait_output(self, text: str) -> Proc:
-        wait_for(lambda: text in self.output(), f"{self.name} to print {text!r}", procs=(self,))
-        return self
-
-    def signal(self, number: int) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.pid, number)
-
-    def terminate(self) -> int:
-        self.signal(signal.SIGCONT)
-        self.signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=TIMEOUT)
-        finally:
-            self.stop()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=TIMEOUT)
-
-    def stop(self) -> None:
-        self.kill()
-        self._log.close()
+        super().__init__(name, HERE / script, log_dir, env, config, wrap)
 
 
 def wait_for(
@@ -195,14 +144,7 @@ def start(
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
     env = {"DSW_FAKE_URL": server.base_url, "DSW_WORK_DIR": str(work_dir)}
-    started: list[Proc] = []
-
-    def begin(name: str, script: str, isolated: bool = False, **config: Any) -> Proc:
-        proc = Proc(name, script, log_dir, env, config, isolated)
-        started.append(proc)
-        return proc
-
-    yield begin
-    for proc in started:
-        proc.signal(signal.SIGCONT)
-        proc.stop()
+    with procs.script_processes(log_dir, env, Proc) as begin:
+        yield lambda name, script, isolated=False, **config: begin(
+            name, script, config, isolated=isolated
+        )

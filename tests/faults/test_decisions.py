@@ -21,6 +21,7 @@ from durable_swarm.errors import DecisionConflictError, DurableSwarmError
 from durable_swarm.testing import ScriptedClient, ToolCall, calls, text
 from durable_swarm.toolkit import tool
 
+from ._decider import decision
 from .conftest import HERE, TIMEOUT, wait_for
 
 TRIALS = 50
@@ -90,14 +91,7 @@ def test_threads_racing_to_decide_one_call_get_exactly_one_winner(
             outcomes: dict[str, Any] = outcomes,
         ) -> None:
             barrier.wait()
-            try:
-                if name_approves(name):
-                    swarm.approve(run_id, "c1", by=name)
-                else:
-                    swarm.reject(run_id, "c1", "no", by=name)
-                outcomes[name] = "won"
-            except DecisionConflictError as e:
-                outcomes[name] = {"approved": e.approved, "by": e.by, "at": e.at}
+            outcomes[name] = decision(swarm, run_id, name_approves(name), name)
 
         threads = [threading.Thread(target=decide, args=(name,)) for name in pair]
         for thread in threads:

@@ -101,6 +101,30 @@ def test_workers_cut_off_together_declare_nobody_dead_and_finish_every_run(
         assert "is gone" not in worker.output() and "taken for dead" not in worker.output()
 
 
+def _two_workers(start: Callable[..., Proc], url: str) -> tuple[Proc, Proc]:
+    settings = worker_settings(url, QUEUE, BEAT, DEAD)
+    a = start("a", "_serve.py", **settings).wait_output("serving queue")
+    b = start("b", "_serve.py", **settings).wait_output("serving queue")
+    return a, b
+
+
+def _pause_the_holder(
+    client: DurableClient, workers: tuple[Proc, Proc], work_dir: Path, tag: str
+) -> tuple[Proc, Proc, dict[str, str]]:
+    """Run `tag` is kept in its tool, and the worker running it is frozen until the other
+    took it over: `(frozen worker, the other, {tag: run id})`."""
+    a, b = workers
+    (work_dir / f"hold-{tag}").touch()
+    runs = {tag: _ask(client, tag)}
+    wait_for(lambda: starts(work_dir, tag) == 1, f"{tag} in its tool", procs=(a, b))
+    holder_pid = next(pid for _, t, pid in step_lines(work_dir) if t == tag)
+    paused, other = (a, b) if holder_pid == a.pid else (b, a)
+    paused.signal(signal.SIGSTOP)
+    wait_for(lambda: "is gone (silent for" in other.output(), "the other worker to take over",
+             procs=(other,))  # fmt: skip
+    return paused, other, runs
+
+
 def test_a_paused_worker_records_nothing_for_runs_it_lost_and_strands_nothing(
     start: Callable[..., Proc],
     make_database_url: Callable[[str], str],
@@ -108,18 +132,9 @@ def test_a_paused_worker_records_nothing_for_runs_it_lost_and_strands_nothing(
     work_dir: Path,
 ) -> None:
     url = make_database_url("paused")
-    settings = worker_settings(url, QUEUE, BEAT, DEAD)
-    a = start("a", "_serve.py", **settings).wait_output("serving queue")
-    b = start("b", "_serve.py", **settings).wait_output("serving queue")
-    (work_dir / "hold-p1").touch()
+    workers = _two_workers(start, url)
     with DurableClient(url) as client:
-        runs = {"p1": _ask(client, "p1")}
-        wait_for(lambda: starts(work_dir, "p1") == 1, "p1 in its tool", procs=(a, b))
-        holder_pid = next(pid for _, tag, pid in step_lines(work_dir) if tag == "p1")
-        paused, other = (a, b) if holder_pid == a.pid else (b, a)
-        paused.signal(signal.SIGSTOP)
-        wait_for(lambda: "is gone (silent for" in other.output(), "the other worker to take over",
-                 procs=(other,))  # fmt: skip
+        paused, other, runs = _pause_the_holder(client, workers, work_dir, "p1")
         wait_for(lambda: starts(work_dir, "p1") == 2, "p1 again in the other worker",
                  procs=(other,))  # fmt: skip
         during = {f"d{i}": _ask(client, f"d{i}") for i in range(4)}  # while it is frozen
@@ -238,20 +253,11 @@ def test_a_thawed_worker_takes_no_queued_run_before_its_ownership_is_confirmed(
     work_dir: Path,
 ) -> None:
     url = make_database_url("thawed")
-    settings = worker_settings(url, QUEUE, BEAT, DEAD)
-    a = start("a", "_serve.py", **settings).wait_output("serving queue")
-    b = start("b", "_serve.py", **settings).wait_output("serving queue")
-    (work_dir / "hold-t1").touch()
+    workers = _two_workers(start, url)
     watcher = ProcessRegistry(resolve_database_url(url), "watcher", dead_after=DEAD)
     try:
         with DurableClient(url) as client:
-            first = {"t1": _ask(client, "t1")}
-            wait_for(lambda: starts(work_dir, "t1") == 1, "t1 in its tool", procs=(a, b))
-            holder_pid = next(pid for _, tag, pid in step_lines(work_dir) if tag == "t1")
-            paused, other = (a, b) if holder_pid == a.pid else (b, a)
-            paused.signal(signal.SIGSTOP)
-            wait_for(lambda: "is gone (silent for" in other.output(), "the takeover",
-                     procs=(other,))  # fmt: skip
+            paused, other, first = _pause_the_holder(client, workers, work_dir, "t1")
             (work_dir / "hold-t1").unlink()
             assert _answers(client, first) == {"t1": "done t1"}
             # Queued runs wait for the frozen worker alone: the other one stops.

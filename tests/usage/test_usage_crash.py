@@ -8,10 +8,7 @@ process resumes it with a higher budget and it finishes."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import uuid
 from collections import Counter
@@ -22,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from _support.procs import wait_for
+from _support.procs import CHILD_ENV, ScriptProcess, wait_for
 from durable_swarm.testing import FakeOpenAIServer, Fault, Reply, ToolCall, calls, text
 
 pytestmark = pytest.mark.crash
@@ -62,36 +59,17 @@ class Model:
             return self.arrivals[stage]
 
 
-class Child:
+class Child(ScriptProcess):
+    """A `usage._crash_child` process; `result()` waits for it and reads what it left."""
+
     def __init__(self, name: str, work: Path, config: dict[str, Any]) -> None:
-        self.name = name
         self.result_path = work / f"{name}.result.json"
-        self.log_path = work / f"{name}.log"
         config = {**config, "result": str(self.result_path)}
-        env = {**os.environ, "DURABLE_SWARM_LOG_LEVEL": "ERROR", "PYTHONUNBUFFERED": "1"}
-        with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "usage._crash_child", json.dumps(config)],
-                cwd=TESTS_DIR,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-
-    def poll(self) -> int | None:
-        return self.proc.poll()
-
-    def output(self) -> str:
-        return self.log_path.read_text()[-6000:]
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=TIMEOUT)
+        super().__init__(name, "usage._crash_child", work, CHILD_ENV, config)
 
     def result(self) -> dict[str, Any]:
         code = self.proc.wait(timeout=TIMEOUT)
-        assert code == 0, f"{self.name} exited with {code}:\n{self.output()}"
+        assert code == 0, f"{self.name} exited with {code}:\n{self.output()[-6000:]}"
         data: dict[str, Any] = json.loads(self.result_path.read_text())
         return data
 

@@ -13,11 +13,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -158,52 +154,18 @@ def wait_for(
     return procs.wait_for(condition, what, timeout=timeout, processes=workers, interval=0.05)
 
 
-class WorkerProcess:
+class WorkerProcess(procs.ScriptProcess):
     """A worker process serving `_app:swarm` (`run_worker`), with its output in a log file."""
 
-    def __init__(self, name: str, log_dir: Path, env: dict[str, str], **config: Any) -> None:
-        self.name = name
-        self.log_path = log_dir / f"{name}.log"
-        self._log = open(self.log_path, "w")  # noqa: SIM115 (closed in stop())
-        config.setdefault("target", "_app:swarm")
-        self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / "_serve.py"), json.dumps(config)],
-            cwd=HERE,
-            env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def poll(self) -> int | None:
-        return self.proc.poll()
-
-    def output(self) -> str:
-        return self.log_path.read_text()[-6000:]
+    def __init__(
+        self, name: str, script: Path, log_dir: Path, env: dict[str, str], config: Any
+    ) -> None:
+        super().__init__(name, script, log_dir, env, {"target": "_app:swarm", **config})
 
     def wait_ready(self) -> WorkerProcess:
         """Wait for the startup line (the worker serves its queue from then on)."""
         wait_for(lambda: "serving queue" in self.output(), f"{self.name} to start", workers=(self,))
         return self
-
-    def terminate(self) -> int:
-        """SIGTERM (a clean shutdown); returns the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=TIMEOUT)
-        finally:
-            self.stop()
-
-    def kill(self) -> None:
-        """SIGKILL: the worker dies on the spot, nothing of it runs any more."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=TIMEOUT)
-
-    def stop(self) -> None:
-        self.kill()
-        self._log.close()
 
 
 @pytest.fixture(scope="module")
@@ -214,13 +176,5 @@ def start_worker(
     not yet ready); every worker still running at the module's end is killed."""
     log_dir = tmp_path_factory.mktemp("workers-logs")
     env = {"DSW_FAKE_URL": server.base_url, "DSW_WORK_DIR": str(work_dir)}
-    started: list[WorkerProcess] = []
-
-    def start(name: str, **config: Any) -> WorkerProcess:
-        worker = WorkerProcess(name, log_dir, env, **config)
-        started.append(worker)
-        return worker
-
-    yield start
-    for worker in started:
-        worker.stop()
+    with procs.script_processes(log_dir, env, WorkerProcess) as start:
+        yield lambda name, **config: start(name, HERE / "_serve.py", config)
