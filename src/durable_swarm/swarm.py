@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from . import tracing
-from .loop import RunRequest, turn_loop
+from .loop import Loop, RunRequest, turn_loop
 from .runtime import InMemoryRuntime, adrive, adrive_stream, drive, drive_stream
 from .usage import Prices, check_prices
 
@@ -61,9 +61,9 @@ class Swarm:
         self.prices = check_prices(prices)
         self.transitions: list[dict[str, Any]] = []
 
-    def _drive(self, run: RunRequest, *, aio: bool = False) -> Any:
-        """Start `run` on a new in-memory runtime: a `Response` (a coroutine of one with `aio`),
-        or with `run.stream` an iterator of events (async with `aio`)."""
+    def _start(self, run: RunRequest) -> tuple[Loop, InMemoryRuntime]:
+        """The turn loop of `run` (with this swarm's `model` unless it overrides it) and a new
+        in-memory runtime for it; a driver of `durable_swarm.runtime` runs one on the other."""
         if run.run_id is not None or run.budget is not None:
             raise TypeError(
                 "Swarm runs in memory and takes no `run_id` or `budget`; use DurableSwarm for "
@@ -72,10 +72,7 @@ class Swarm:
         runtime = InMemoryRuntime(self.client, self.input_fn, self.approve_fn, self.prices)
         runtime.trace = tracing.start_run(run.agent.name)
         self.transitions = runtime.transitions
-        loop = turn_loop(replace(run, model_override=run.model_override or self.model))
-        if aio:
-            return adrive_stream(loop, runtime) if run.stream else adrive(loop, runtime)
-        return drive_stream(loop, runtime) if run.stream else drive(loop, runtime)
+        return turn_loop(replace(run, model_override=run.model_override or self.model)), runtime
 
     def run(
         self,
@@ -99,10 +96,11 @@ class Swarm:
         are never modified. `after_work` (an `AfterWork`, `AfterWorkOption`, agent or callable)
         applies to agents without their own; `agents` lists agents that handoffs may name.
         """
-        return self._drive(RunRequest(
+        loop, runtime = self._start(RunRequest(
             agent, messages, context_variables, model_override, stream, debug, max_turns,
             execute_tools, after_work, agents,
         ))  # fmt: skip
+        return drive_stream(loop, runtime) if stream else drive(loop, runtime)
 
     def run_and_stream(
         self,
@@ -115,11 +113,10 @@ class Swarm:
         execute_tools: bool = True,
     ) -> Iterator[dict[str, Any]]:
         """`run(..., stream=True)` (Swarm's name for it)."""
-        events: Iterator[dict[str, Any]] = self._drive(RunRequest(
+        return drive_stream(*self._start(RunRequest(
             agent, messages, context_variables, model_override, True, debug, max_turns,
             execute_tools,
-        ))  # fmt: skip
-        return events
+        )))  # fmt: skip
 
     async def arun(
         self,
@@ -138,11 +135,11 @@ class Swarm:
         """`run` for async code: `await swarm.arun(...)` returns a `Response`; with `stream=True`
         it returns an async iterator of the same events as `run(..., stream=True)`.
         `async def` tools are awaited; other tools run in a worker thread."""
-        run = RunRequest(
+        loop, runtime = self._start(RunRequest(
             agent, messages, context_variables, model_override, stream, debug, max_turns,
             execute_tools, after_work, agents,
-        )  # fmt: skip
-        return self._drive(run, aio=True) if stream else await self._drive(run, aio=True)
+        ))  # fmt: skip
+        return adrive_stream(loop, runtime) if stream else await adrive(loop, runtime)
 
     def astream(
         self,
@@ -152,7 +149,5 @@ class Swarm:
         **kwargs: Any,
     ) -> AsyncIterator[dict[str, Any]]:
         """Async streaming without an `await` first: `async for event in swarm.astream(...)`."""
-        events: AsyncIterator[dict[str, Any]] = self._drive(
-            RunRequest(agent, messages, context_variables, stream=True, **kwargs), aio=True
-        )
-        return events
+        run = RunRequest(agent, messages, context_variables, stream=True, **kwargs)
+        return adrive_stream(*self._start(run))
