@@ -49,6 +49,28 @@ def _all_beating(url: str, count: int) -> Callable[[], bool]:
     return check
 
 
+def _two_workers(start: Callable[..., Proc], url: str, isolated: bool = False) -> tuple[Proc, Proc]:
+    """Two workers serving on `url`, ready (`isolated`: each in a pid namespace of its own, as
+    on two machines, where only heartbeats tell liveness)."""
+    settings = worker_settings(url, QUEUE, BEAT, DEAD)
+    a = start("a", "_serve.py", isolated=isolated, **settings).wait_output("serving queue")
+    b = start("b", "_serve.py", isolated=isolated, **settings).wait_output("serving queue")
+    return a, b
+
+
+def _in_tools(
+    client: DurableClient, work_dir: Path, tags: list[str], workers: tuple[Proc, Proc]
+) -> dict[str, str]:
+    """Start one run per tag, each kept in its tool until its hold file goes; returns them
+    (tag -> run id) once all are in their tools."""
+    for tag in tags:
+        (work_dir / f"hold-{tag}").touch()
+    runs = {tag: _ask(client, tag) for tag in tags}
+    wait_for(lambda: all(starts(work_dir, t) == 1 for t in tags), "every run in its tool",
+             procs=workers)  # fmt: skip
+    return runs
+
+
 @pytest.fixture
 def cut_database(postgres_base_url: str) -> Iterator[tuple[str, str, TcpProxy]]:
     """`(direct URL, URL through the proxy, proxy)` of a new PostgreSQL database."""
@@ -70,17 +92,10 @@ def test_workers_cut_off_together_declare_nobody_dead_and_finish_every_run(
     work_dir: Path,
 ) -> None:
     direct, proxied, proxy = cut_database
-    settings = worker_settings(proxied, QUEUE, BEAT, DEAD)
-    # Each in a pid namespace of its own: as on two machines, only heartbeats tell liveness.
-    a = start("a", "_serve.py", isolated=True, **settings).wait_output("serving queue")
-    b = start("b", "_serve.py", isolated=True, **settings).wait_output("serving queue")
+    a, b = _two_workers(start, proxied, isolated=True)
     tags = [f"c{i}" for i in range(8)]
-    for tag in tags:
-        (work_dir / f"hold-{tag}").touch()
     with DurableClient(direct) as client:
-        runs = {tag: _ask(client, tag) for tag in tags}
-        wait_for(lambda: all(starts(work_dir, t) == 1 for t in tags), "every run in its tool",
-                 procs=(a, b))  # fmt: skip
+        runs = _in_tools(client, work_dir, tags, (a, b))
         for round_ in range(3):
             proxy.cut()
             time.sleep(DEAD + 1.5)  # the outage itself: longer than the dead-worker timeout
@@ -101,22 +116,13 @@ def test_workers_cut_off_together_declare_nobody_dead_and_finish_every_run(
         assert "is gone" not in worker.output() and "taken for dead" not in worker.output()
 
 
-def _two_workers(start: Callable[..., Proc], url: str) -> tuple[Proc, Proc]:
-    settings = worker_settings(url, QUEUE, BEAT, DEAD)
-    a = start("a", "_serve.py", **settings).wait_output("serving queue")
-    b = start("b", "_serve.py", **settings).wait_output("serving queue")
-    return a, b
-
-
 def _pause_the_holder(
     client: DurableClient, workers: tuple[Proc, Proc], work_dir: Path, tag: str
 ) -> tuple[Proc, Proc, dict[str, str]]:
     """Run `tag` is kept in its tool, and the worker running it is frozen until the other
     took it over: `(frozen worker, the other, {tag: run id})`."""
     a, b = workers
-    (work_dir / f"hold-{tag}").touch()
-    runs = {tag: _ask(client, tag)}
-    wait_for(lambda: starts(work_dir, tag) == 1, f"{tag} in its tool", procs=(a, b))
+    runs = _in_tools(client, work_dir, [tag], workers)
     holder_pid = next(pid for _, t, pid in step_lines(work_dir) if t == tag)
     paused, other = (a, b) if holder_pid == a.pid else (b, a)
     paused.signal(signal.SIGSTOP)
@@ -195,18 +201,12 @@ def test_a_database_clock_jumping_ahead_takes_no_live_worker_for_dead(
     work_dir: Path,
 ) -> None:
     url, jump = jumping_clock
-    settings = worker_settings(url, QUEUE, BEAT, DEAD)
-    a = start("a", "_serve.py", isolated=True, **settings).wait_output("serving queue")
-    b = start("b", "_serve.py", isolated=True, **settings).wait_output("serving queue")
+    a, b = _two_workers(start, url, isolated=True)
     tags = [f"j{i}" for i in range(4)]
-    for tag in tags:
-        (work_dir / f"hold-{tag}").touch()
     watcher = ProcessRegistry(resolve_database_url(url), "watcher", dead_after=DEAD)
     try:
         with DurableClient(url) as client:
-            runs = {tag: _ask(client, tag) for tag in tags}
-            wait_for(lambda: all(starts(work_dir, t) == 1 for t in tags), "every run in its tool",
-                     procs=(a, b))  # fmt: skip
+            runs = _in_tools(client, work_dir, tags, (a, b))
             # Both workers judge others by heartbeat once connected for DEAD: wait for that.
             wait_for(lambda: watcher._rows(f"started_at < {watcher._now} - {int(DEAD * 2000)}"),
                      "the workers to settle", procs=(a, b))  # fmt: skip

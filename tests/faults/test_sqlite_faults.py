@@ -4,9 +4,11 @@ the busy timeout mid-run, too, and the interrupted run finishes once the fault i
 never left pending in a live process).
 
 Real faults: the database lives on a small tmpfs (a full disk), in a folder bind-mounted onto
-itself so it can be remounted read-only (Linux refuses that while a process has a file open for
-writing there, so the read-only case is a database read-only from the start). Needs root
-(mount); skipped otherwise (the lock needs nothing special).
+itself so it can be remounted read-only. Linux refuses that while a process has a file open for
+writing there, and a filesystem the kernel turns read-only after an error (ext4's
+errors=remount-ro) stays so until it is unmounted, so no live process can see its database turn
+read-only and then writable again: the read-only case is a database read-only from the start.
+Needs root (mount); skipped otherwise (the lock needs nothing special).
 """
 
 from __future__ import annotations
