@@ -4,6 +4,7 @@ recorded decisions and transitions, and the errors for answers that do not fit."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -225,6 +226,55 @@ def test_rejected_call_reaches_the_model_as_the_tool_message(durable: Any, run_i
     assert decision["approved"] is False
     assert decision["message"] == "Bob was paid yesterday."
     assert decision["by"] == "ada"
+
+
+async def test_the_async_twins_answer_decide_cancel_resume_and_fork(
+    durable: Any, run_id: str
+) -> None:
+    model = Model(Cashier=_pay_then_report, Clerk=_ask_then_echo)
+    swarm = durable(model.client)
+    cashier, clerk = agent("Cashier", functions=[pay]), agent("Clerk", functions=[ask_user])
+    paid, refused, asked, dropped = (f"{run_id}-{n}" for n in ("paid", "refused", "asked", "drop"))
+    handles = {
+        paid: swarm.start(cashier, HELLO, run_id=paid),
+        refused: swarm.start(cashier, HELLO, run_id=refused),
+        asked: swarm.start(clerk, HELLO, run_id=asked),
+        dropped: swarm.start(cashier, HELLO, run_id=dropped),
+    }
+    for each, status in ((paid, "approval"), (refused, "approval"), (asked, "input")):
+        await asyncio.to_thread(wait_status, swarm, each, f"waiting_for_{status}")
+    await asyncio.to_thread(wait_status, swarm, dropped, "waiting_for_approval")
+
+    await swarm.aapprove(paid, "call_pay_1", by="ada")
+    await swarm.areject(refused, "call_pay_1", "Not today.", by="ada")
+    await swarm.asend_input(asked, "AB123456", by="ada")
+    await swarm.acancel(dropped)
+
+    assert (await handles[paid].aresult()).messages[-1]["content"] == "Report: paid 30 to Bob"
+    rejected = (await handles[refused].aresult()).messages[-1]["content"]
+    assert rejected == "Report: Error: the call to pay was rejected by ada: Not today."
+    assert "AB123456" in (await handles[asked].aresult()).messages[-1]["content"]
+    assert (await swarm.aget_run(dropped)).status == "cancelled"
+    assert len(PAID) == 1
+
+    resumed = await swarm.aresume(dropped)
+    await asyncio.to_thread(wait_status, swarm, dropped, "waiting_for_approval")
+    await swarm.aapprove(dropped, "call_pay_1")
+    assert (await resumed.aresult()).messages[-1]["content"] == "Report: paid 30 to Bob"
+
+    steps = (await swarm.aget_run(paid)).steps
+    last_model = max(s.step for s in steps if s.kind == "model")
+    forked = await swarm.afork(paid, last_model, new_run_id=f"{run_id}-fork")
+    assert forked.run_id == f"{run_id}-fork"
+    assert (await forked.aresult()).messages[-1]["content"] == "Report: paid 30 to Bob"
+    assert len(PAID) == 2  # the paid run's tool step was copied, not run again; dropped's ran
+    assert {r.run_id for r in await swarm.alist_runs(status="succeeded", limit=None)} >= {
+        paid,
+        refused,
+        asked,
+        dropped,
+        forked.run_id,
+    }
 
 
 def test_approve_an_unknown_run_or_one_that_does_not_wait(durable: Any, run_id: str) -> None:

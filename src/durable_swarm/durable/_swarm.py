@@ -567,6 +567,6 @@ class DurableSwarm(RunCommands):
         """`resume` for async code."""
         return await asyncio.to_thread(lambda: self.resume(run_id, budget=budget))
 
-    async def afork(self, run_id: str, step: int) -> RunHandle:
+    async def afork(self, run_id: str, step: int, *, new_run_id: str | None = None) -> RunHandle:
         """`fork` for async code."""
-        return await asyncio.to_thread(self.fork, run_id, step)
+        return await asyncio.to_thread(self.fork, run_id, step, new_run_id=new_run_id)
