@@ -24,7 +24,8 @@ demo: $(STAMP)
 test: lint typecheck pytest
 
 # lint-imports checks the import contracts in pyproject.toml: the core never imports the durable
-# layer, DBOS or SQLAlchemy, and no modules of the package import each other in a cycle.
+# layer, DBOS or SQLAlchemy (only the durable layer, the command and the console do), and no
+# modules of the package import each other in a cycle.
 lint: $(STAMP)
 	$(BIN)/ruff check src tests examples benchmarks
 	$(BIN)/ruff format --check src tests examples benchmarks
