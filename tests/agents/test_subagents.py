@@ -69,6 +69,20 @@ def test_as_tool_name_and_description_can_be_chosen():
     assert tool_spec(custom).delegate is writer
 
 
+def test_the_tool_called_directly_runs_the_agent_on_a_default_swarm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    summarizer = Agent(name="Summarizer", instructions="Summarize.")
+    with FakeOpenAIServer([text("In short: yes.")]) as server:
+        monkeypatch.setenv("OPENAI_API_KEY", "fake-key")
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+
+        answer = summarizer.as_tool()("Summarize the thread.")
+
+        assert server.request_count == 1
+    assert answer == "In short: yes."
+
+
 # --- in memory -----------------------------------------------------------------------------
 
 
