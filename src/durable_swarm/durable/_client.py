@@ -144,7 +144,10 @@ class DurableClient(RunCommands):
 
     Runs are enqueued on a queue that workers serve (`durable-swarm worker module:app --queue
     NAME`, or `durable_swarm.durable.run_worker`); the workers hold the agents, tools and model
-    client. This process only reads and writes the run database.
+    client. This process only reads and writes the run database. Reading, answering and
+    steering runs (`list_runs`, `count_runs`, `list_approvals`, `send_input`, `approve`,
+    `reject`, `cancel`, `delete_run`, `prune_runs`) work as `DurableSwarm`'s do: both inherit
+    them from `RunCommands`.
 
     Args:
         database_url: the run database the workers use, resolved like `DurableSwarm`'s (the
