@@ -1,7 +1,8 @@
 """Why a pending run does not move: a notice the process holding it leaves in the run database,
 so `get_run`, the CLI and the console of any process can show it (`RunInfo.problem`).
 
-Today's only notice: the run needs an agent that the process holding it has not imported. A
+Today's only notice: the run needs an agent, or a function of a handoff rule, that the process
+holding it has not imported or registered. A
 notice names the executor that wrote it and counts only while the run is still that executor's
 (a run handed to another process leaves the old notice behind, unread, until that process posts
 its own). A notice is cleared when its run goes on; every post and clear also deletes the notices
