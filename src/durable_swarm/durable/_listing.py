@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,7 +22,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from ..errors import DurableSwarmError
 from ._log import MESSAGE_STEPS, WAITING_EVENT, WORKFLOW_NAME, JsonSerializer
-from ._runs import DBOS_STATUSES, run_status
+from ._runs import DBOS_STATUSES, run_status, time_of
 
 __all__ = ["PendingApproval", "RunFilter", "RunQuery"]
 
@@ -61,10 +61,6 @@ def _epoch_ms(value: Any, what: str) -> int:
             f"`{what}` must be a datetime or an ISO 8601 string, not {value!r}."
         )
     return int(value.timestamp() * 1000)
-
-
-def _time(epoch_ms: int | None) -> datetime | None:
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc) if epoch_ms else None
 
 
 def _check_statuses(status: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -431,7 +427,7 @@ class RunQuery:
                     tool=str(function.get("name")),
                     arguments=str(function.get("arguments", "")),
                     agent=waiting.get("agent"),
-                    since=_time(since_ms),
+                    since=time_of(since_ms),
                 )
             )
         return found

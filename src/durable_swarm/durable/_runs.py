@@ -27,6 +27,7 @@ __all__ = [
     "step_record",
     "summarize",
     "tally_steps",
+    "time_of",
 ]
 
 # This library's statuses by the DBOS statuses they come from (the waits are PENDING runs whose
@@ -124,7 +125,8 @@ class RunInfo:
         return self.messages[self.input_messages :]
 
 
-def _time(epoch_ms: int | None) -> datetime | None:
+def time_of(epoch_ms: int | None) -> datetime | None:
+    """The UTC time of a DBOS timestamp (milliseconds since the epoch); None for none."""
     return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc) if epoch_ms else None
 
 
@@ -154,8 +156,8 @@ def summarize(status: Any, waiting: dict[str, Any] | None = None) -> RunInfo:
         agent=agent,
         waiting_for=waiting,
         error=_error_text(status.error),
-        created_at=_time(status.created_at),
-        updated_at=_time(status.updated_at),
+        created_at=time_of(status.created_at),
+        updated_at=time_of(status.updated_at),
         forked_from=status.forked_from,
         parent=spec.get("parent"),
         input_messages=len(spec.get("messages") or []),
@@ -185,8 +187,8 @@ def step_record(step: Any) -> StepRecord:
         name=short,
         output=step["output"],
         error=_error_text(step["error"]),
-        started_at=_time(step["started_at_epoch_ms"]),
-        completed_at=_time(step["completed_at_epoch_ms"]),
+        started_at=time_of(step["started_at_epoch_ms"]),
+        completed_at=time_of(step["completed_at_epoch_ms"]),
         child_run_id=step.get("child_workflow_id"),
     )
 
