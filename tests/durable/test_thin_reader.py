@@ -1,7 +1,8 @@
 """Reading runs needs none of the code that runs them: the thin client, the CLI's run commands and
 the web console read the log through `durable._log` and `durable._runs`, and a fresh process that
-imports them, and reads, lists and counts runs, never loads the turn loop, the tool machinery,
-the runtimes or the model adapter. On SQLite and PostgreSQL."""
+imports them, and reads, lists and counts runs (`durable-swarm runs show` and `runs list` too),
+never loads the turn loop, the tool machinery, the runtimes or the model adapter. On SQLite and
+PostgreSQL."""
 
 from __future__ import annotations
 
@@ -79,6 +80,17 @@ print(json.dumps({{
 """
 
 
+CLI_READS = f"""
+import contextlib, io, json, sys
+from durable_swarm.cli import main
+shown = io.StringIO()
+with contextlib.redirect_stdout(shown):
+    for command in (["runs", "show", sys.argv[2]], ["runs", "list"]):
+        assert main([*command, "--database-url", sys.argv[1], "--json"]) == 0
+print(json.dumps(sorted(m for m in {RUNNERS!r} if m in sys.modules)))
+"""
+
+
 def test_importing_the_readers_loads_no_runner() -> None:
     assert fresh_process(IMPORT_READERS) == []
 
@@ -100,3 +112,4 @@ def test_reading_a_run_in_a_fresh_process_loads_no_runner(
     assert read["counted"] >= 1
     assert read["approvals"] == 0
     assert read["result"] == ["thin-reader-agent", "Sunny in Oslo.", 2]
+    assert fresh_process(CLI_READS, database_url, run_id) == []
