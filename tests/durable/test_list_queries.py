@@ -141,12 +141,11 @@ def test_pending_approvals_name_the_exact_call(runs: Any, durable_swarm_factory:
     assert ids[4] not in {a.run_id for a in swarm.list_approvals()}
 
 
-def test_a_run_waits_only_while_pending_as_the_listing_counts_it() -> None:
-    # A run put back on its queue (resumed, handed back) keeps its last `waiting_for` event:
-    # get_run and list_runs both call it pending until it waits again.
+def test_a_run_back_on_its_queue_still_waits() -> None:
+    # A waiting run whose process died goes back on its queue (ENQUEUED) and still waits for
+    # its answer: get_run, list_runs and the counts all say so.
     asked = {"kind": "input", "prompt": "Which colour?"}
     assert run_status("PENDING", asked) == "waiting_for_input"
-    assert run_status("PENDING", {"kind": "approval"}) == "waiting_for_approval"
-    assert run_status("ENQUEUED", asked) == "pending"
+    assert run_status("ENQUEUED", {"kind": "approval"}) == "waiting_for_approval"
+    assert run_status("ENQUEUED", None) == "pending"
     assert run_status("CANCELLED", asked) == "cancelled"
-    assert run_status("PENDING", None) == "pending"

@@ -20,7 +20,7 @@ from ._decisions import Decision, DecisionLog, payload
 from ._listing import PendingApproval, RunFilter, RunQuery
 from ._log import BUDGET_TOPIC, WAITING_EVENT
 from ._notices import Notices
-from ._runs import RunInfo, read_run, step_record, summarize, tally_steps
+from ._runs import DBOS_STATUSES, RunInfo, read_run, step_record, summarize, tally_steps
 from ._waits import nudge_watchers
 
 __all__ = ["FINISHED", "LIVE", "ClientSource", "RunCommands", "RunControl"]
@@ -118,9 +118,8 @@ class RunControl:
                 workflow_ids=ids, load_input=True, load_output=True
             )
         }
-        pending = [
-            run_id for run_id in ids if getattr(rows.get(run_id), "status", None) == "PENDING"
-        ]
+        live = DBOS_STATUSES["pending"]  # the statuses in which a run may wait
+        pending = [run_id for run_id in ids if getattr(rows.get(run_id), "status", None) in live]
         waiting = self.query.waiting(pending)
         return [summarize(rows[run_id], waiting.get(run_id)) for run_id in ids if run_id in rows]
 

@@ -164,12 +164,9 @@ class RunQuery:
         where: list[Any] = [ours]
         if runs.status:
             kind = self._json_text(ev.c.value, "value", "kind")
-            waits = ws.c.status == "PENDING"
+            waits = ws.c.status.in_(DBOS_STATUSES["pending"])
             by_status = {
-                "pending": sa.and_(
-                    ws.c.status.in_(DBOS_STATUSES["pending"]),
-                    sa.or_(ws.c.status != "PENDING", kind.is_(None)),
-                ),
+                "pending": sa.and_(waits, kind.is_(None)),
                 "waiting_for_input": sa.and_(waits, self._waits_for(ev, "input")),
                 "waiting_for_approval": sa.and_(waits, self._waits_for(ev, "approval")),
             }
@@ -406,7 +403,7 @@ class RunQuery:
             )
             .where(
                 ws.c.name == WORKFLOW_NAME,
-                ws.c.status == "PENDING",
+                ws.c.status.in_(DBOS_STATUSES["pending"]),
                 self._waits_for(ev, "approval"),
             )
             .order_by(ws.c.created_at, ws.c.workflow_uuid)

@@ -30,12 +30,12 @@ __all__ = [
     "time_of",
 ]
 
-# This library's statuses by the DBOS statuses they come from (the waits are PENDING runs whose
-# `waiting_for` event is set).
+# This library's statuses by the DBOS statuses they come from: a run waits when it is pending,
+# running or back on its queue (a wait outlives its process), and its `waiting_for` event is set.
 DBOS_STATUSES = {
     "pending": ("PENDING", "ENQUEUED", "DELAYED"),
-    "waiting_for_input": ("PENDING",),
-    "waiting_for_approval": ("PENDING",),
+    "waiting_for_input": ("PENDING", "ENQUEUED", "DELAYED"),
+    "waiting_for_approval": ("PENDING", "ENQUEUED", "DELAYED"),
     "succeeded": ("SUCCESS",),
     "failed": ("ERROR", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"),
     "cancelled": ("CANCELLED",),
@@ -132,8 +132,8 @@ def time_of(epoch_ms: int | None) -> datetime | None:
 
 def run_status(dbos_status: str, waiting: dict[str, Any] | None) -> str:
     """This library's status name for a DBOS status and what the run waits for (the
-    `waiting_for` event): a PENDING run waits when the event is set."""
-    if dbos_status == "PENDING" and waiting:
+    `waiting_for` event): a run not finished waits when the event is set."""
+    if waiting and dbos_status in DBOS_STATUSES["pending"]:
         return "waiting_for_approval" if waiting.get("kind") == "approval" else "waiting_for_input"
     return _STATUS_OF.get(dbos_status, "pending")
 
