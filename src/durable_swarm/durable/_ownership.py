@@ -372,7 +372,7 @@ class ProcessRegistry:
         own clock, slack included). If the database's clock, in the same query, says that
         heartbeat is older still, the clock jumped ahead since: every heartbeat looks older than
         it is, so nobody is judged by heartbeat (`self.jumped` then holds the jump in seconds,
-        else 0)."""
+        else 0; the next `beat` measures from scratch, not across the jump)."""
         rows = self._rows(
             f"executor_id = :me OR heartbeat_at < {self._now} - :dead OR machine = :machine",
             me=self.executor_id,
@@ -384,7 +384,9 @@ class ProcessRegistry:
         self.jumped = 0.0
         if written_within is not None and mine and mine[0].heartbeat_at == self._written:
             self.jumped = max(0.0, mine[0].age_ms / 1000 - written_within)
-            by_heartbeat = by_heartbeat and not self.jumped
+        if self.jumped:
+            by_heartbeat = False
+            self._written = None  # the next heartbeat, after the jump, is the new reference
         found = []
         for row in rows:
             silent = row.age_ms > self.dead_after_ms
