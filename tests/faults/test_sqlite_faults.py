@@ -109,6 +109,9 @@ def test_a_run_interrupted_by_a_full_disk_finishes_once_there_is_room(
         assert answer.messages[-1]["content"] == "done f1"
         assert client.get_run("f1").status == "succeeded"
     assert proc.poll() is None  # the process lived through it
+    # The run waited for room and went back on its queue by itself: the sweep for runs left
+    # behind by a database error had nothing to pick up.
+    assert "had stopped on a database error" not in proc.output()
 
 
 def test_a_run_held_up_by_a_lock_finishes_once_it_is_released(
