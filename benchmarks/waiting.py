@@ -7,7 +7,8 @@ For each database (a SQLite file, and a fresh PostgreSQL database if the server 
    each run's first model call asks the person (`ask_user`), so it waits for input. Once every run
    waits, the creator dies (`os._exit`, no cleanup): the runs are left waiting in the database.
 2. An *idle worker* process with the creator's executor id starts: DBOS recovers the N runs at
-   launch and each replays to its durable wait (time: "recover"). After a short settle, the
+   launch and each replays to its durable wait (time: "recover"; a durable run's wait is held
+   by the process's one watcher of waiting runs, `durable_swarm.durable._waits`). After a short settle, the
    worker measures itself over an idle window (default 10 s) while all N wait: process CPU
    seconds (all threads, getrusage), resident memory, threads, and database statements per
    second, counted inside the worker by a SQLAlchemy `before_cursor_execute` hook (the worker's
@@ -162,6 +163,16 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def waiting_runs(kind: str) -> int:
+    """How many runs wait in this process: in DBOS's `recv` (bare), or held by this library's
+    watcher of waiting runs (durable)."""
+    if kind == "bare":
+        return len(sys_db().notifications_map.snapshot())
+    from durable_swarm.durable._waits import watcher_for
+
+    return watcher_for(sys_db()).waiting()
+
+
 def worker_main(args: argparse.Namespace) -> None:
     counter = StatementCounter()
     make_agent()
@@ -174,7 +185,7 @@ def worker_main(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     swarm.launch()  # DBOS recovers this executor's pending runs
     deadline = time.monotonic() + max(600.0, args.runs * 0.5)
-    while (waiters := len(sys_db().notifications_map.snapshot())) < args.runs:
+    while (waiters := waiting_runs(args.kind)) < args.runs:
         if time.monotonic() > deadline:
             raise SystemExit(f"only {waiters} of {args.runs} runs were recovered")
         time.sleep(0.2)
@@ -204,7 +215,7 @@ def worker_main(args: argparse.Namespace) -> None:
         "statements_per_s": (queries1 - queries0) / window,
         # minus the two transactions of our own measurement
         "xact_per_s": None if xact0 is None or xact1 is None else (xact1 - xact0 - 1) / window,
-        "waiters": len(sys_db().notifications_map.snapshot()),
+        "waiters": waiting_runs(args.kind),
     }
 
     # A random sample in random order: on SQLite the worker checks the waiting runs one after

@@ -172,12 +172,11 @@ class WaitWatcher:
             self._sweep()  # what was sent before listening
             swept = time.monotonic()
             while not self._stopped and self._keys():
-                found: set[Key] = set()
-                for notify in conn.notifies(timeout=1.0, stop_after=1000):
+                # Each message as it comes; at least once a second, a look at the sweep's clock.
+                for notify in conn.notifies(timeout=1.0):
                     run_id, _, topic = (notify.payload or "").partition("::")
-                    found.add((run_id, topic))
-                if found:
-                    self._wake_found(found)
+                    self._wake_found({(run_id, topic)})
+                    break
                 if self._nudged or time.monotonic() - swept >= SWEEP_SECONDS:
                     self._sweep()
                     swept = time.monotonic()
