@@ -453,14 +453,23 @@ class ProcessRegistry:
             inc=self.incarnation,
         )
 
-    def pending_of(self, executor_id: str, application_version: str) -> list[str]:
-        """The ids of the PENDING runs of `executor_id` (of `application_version`)."""
+    def pending_of(
+        self, executor_id: str, application_version: str, *, untouched_for: float = 0.0
+    ) -> list[str]:
+        """The ids of the PENDING runs of `executor_id` (of `application_version`) whose status
+        row has not changed for `untouched_for` seconds (by the database's clock; DBOS stamps a
+        run's row when it starts or is taken from a queue)."""
         query = sa.text(
             f"SELECT workflow_uuid FROM {self._runs_table} WHERE status = 'PENDING' "
-            "AND executor_id = :me AND application_version = :version"
+            "AND executor_id = :me AND application_version = :version "
+            f"AND COALESCE(updated_at, created_at) <= {self._now} - :quiet_ms"
         )
         with self._engine.begin() as conn:
-            params = {"me": executor_id, "version": application_version}
+            params = {
+                "me": executor_id,
+                "version": application_version,
+                "quiet_ms": int(untouched_for * 1000),
+            }
             return [row[0] for row in conn.execute(query, params)]
 
     def orphans(self, application_version: str) -> list[str]:
@@ -659,7 +668,13 @@ class Ownership:
         take them up while this process lives."""
         if not self.confirmed():
             return
-        owned = set(self.registry.pending_of(self.executor_id, self._version))
+        # A run taken from a queue (or started) a moment ago may wait a while for its task to
+        # start when the process is busy (hundreds of runs recovered at once): not running yet
+        # is not stalled, so only a run whose row is `dead_after` old counts (a second execution
+        # of it beside the first, in this process, would run its next step twice).
+        owned = set(
+            self.registry.pending_of(self.executor_id, self._version, untouched_for=self.dead_after)
+        )
         stalled = owned - set(self._running())
         again, self._stalled = stalled & self._stalled, stalled
         count = sum(1 for run_id in sorted(again) if self._hand_back(run_id))
