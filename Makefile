@@ -59,6 +59,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/concurrency.py
 	$(BIN)/python benchmarks/recovery.py
 	$(BIN)/python benchmarks/storage.py
+	$(BIN)/python benchmarks/waiting.py
 	$(BIN)/python benchmarks/mcp_tools.py
 	$(BIN)/python benchmarks/console.py
 	$(BIN)/python benchmarks/import_time.py
@@ -69,6 +70,7 @@ bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/runcost.py --quick
 	$(BIN)/python benchmarks/recovery.py --quick
 	$(BIN)/python benchmarks/storage.py --quick
+	$(BIN)/python benchmarks/waiting.py --quick --idle 5 --sample 5
 	$(BIN)/python benchmarks/mcp_tools.py --quick
 	$(BIN)/python benchmarks/console.py --quick
 	$(BIN)/python benchmarks/import_time.py --quick

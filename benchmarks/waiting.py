@@ -3,18 +3,19 @@ resumes a run.
 
 For each database (a SQLite file, and a fresh PostgreSQL database if the server is reachable):
 
-1. A *creator* process starts N runs (default 10,000; `--quick`: 500) with `DurableSwarm.astart`;
+1. A *creator* process starts N runs (default 10,000; `--quick`: 100) with `DurableSwarm.astart`;
    each run's first model call asks the person (`ask_user`), so it waits for input. Once every run
    waits, the creator dies (`os._exit`, no cleanup): the runs are left waiting in the database.
 2. An *idle worker* process with the creator's executor id starts: DBOS recovers the N runs at
    launch and each replays to its durable wait (time: "recover"; a durable run's wait is held
-   by the process's one watcher of waiting runs, `durable_swarm.durable._waits`). After a short settle, the
-   worker measures itself over an idle window (default 10 s) while all N wait: process CPU
-   seconds (all threads, getrusage), resident memory, threads, and database statements per
-   second, counted inside the worker by a SQLAlchemy `before_cursor_execute` hook (the worker's
-   own queries, on both databases); on PostgreSQL also the database's committed transactions per
-   second from `pg_stat_database` (everything on that database; only the worker is connected).
-   `pg_stat_statements` needs `shared_preload_libraries`, which the server does not have here.
+   by the process's one watcher of waiting runs, `durable_swarm.durable._waits`). After a short
+   settle, the worker measures itself over an idle window (default 10 s) while all N wait:
+   process CPU seconds (all threads, getrusage), resident memory, threads, and database
+   statements per second, counted inside the worker by a SQLAlchemy `before_cursor_execute` hook
+   (the worker's own queries, on both databases); on PostgreSQL also the database's committed
+   transactions per second from `pg_stat_database` (everything on that database; only the worker
+   is connected). `pg_stat_statements` needs `shared_preload_libraries`, which the server does
+   not have here.
 3. A *sender* process answers a random sample of the runs (in random order), one at a time, with
    `send_input` and times the call itself (it checks that the run waits, then sends a DBOS
    message), then from its return until the run stops waiting for input ("resumed": the worker's
@@ -26,7 +27,7 @@ durable figure and its ratio to the bare one, measured in the same run. Nothing 
 databases are removed at the end.
 
     .venv/bin/python benchmarks/waiting.py             # 10,000 runs: minutes, run it rarely
-    .venv/bin/python benchmarks/waiting.py --quick     # 500 runs
+    .venv/bin/python benchmarks/waiting.py --quick     # 100 runs (a smoke run)
     .venv/bin/python benchmarks/waiting.py --runs 2000 --backends sqlite --poll-interval 1.0
 """
 
@@ -312,7 +313,7 @@ def ratio(durable: float | None, bare: float | None, fmt: str = ".2f") -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="500 runs instead of 10,000")
+    parser.add_argument("--quick", action="store_true", help="100 runs instead of 10,000")
     parser.add_argument("--runs", type=int, help="how many waiting runs (default 10,000)")
     parser.add_argument("--idle", type=float, default=10.0, help="idle window, seconds")
     parser.add_argument("--sample", type=int, default=20, help="runs answered for latency")
@@ -331,7 +332,7 @@ def main() -> None:
     parser.add_argument("--kind", default="durable", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.runs is None:
-        args.runs = 500 if args.quick else 10_000
+        args.runs = 100 if args.quick else 10_000
 
     if args.role == "create":
         asyncio.run(create_main(args))
