@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeAlias
 
 from durable_swarm import Agent
-from durable_swarm.testing import Reply, ScriptedClient, text
+from durable_swarm.testing import Reply, ScriptedClient, ToolCall, calls, text
 
 Answer: TypeAlias = Reply | str
 Script: TypeAlias = list[Answer] | Callable[[list[dict[str, Any]], Any], Answer]
@@ -64,3 +64,10 @@ class Model:
 
     def system_messages(self) -> list[str]:
         return [r["messages"][0]["content"] for r in self.client.requests]
+
+
+def ask_then_greet(messages: list[dict[str, Any]], tools: Any) -> Answer:
+    """A clerk's script: ask the person's name (`ask_user`), then greet them by it."""
+    if messages[-1]["role"] == "user":
+        return calls(ToolCall("ask_user", {"question": "Your name?"}))
+    return f"Hello {messages[-1]['content']}."

@@ -11,20 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from durable_swarm import ask_user
-from durable_swarm.testing import ToolCall, calls
 
-from ._memory import Model, agent
+from ._memory import Model, agent, ask_then_greet
 from ._waiting import TIMEOUT
 
 RUNS = 50
 # Pools may grow by a few threads while 50 runs start at once; one thread per run may not.
 MAX_NEW_THREADS = 20
-
-
-def _ask_then_greet(messages: list[dict[str, Any]], tools: Any) -> Any:
-    if messages[-1]["role"] == "user":
-        return calls(ToolCall("ask_user", {"question": "Your name?"}))
-    return f"Hello {messages[-1]['content']}."
 
 
 def _all_waiting(swarm: Any, run_ids: list[str]) -> None:
@@ -53,7 +46,7 @@ def _warm_up(swarm: Any, clerk: Any) -> None:
 
 
 def test_idle_waiting_runs_started_with_start_hold_no_thread(durable: Any) -> None:
-    swarm = durable(Model(Clerk=_ask_then_greet).client)
+    swarm = durable(Model(Clerk=ask_then_greet).client)
     clerk = agent("Clerk", functions=[ask_user])
     _warm_up(swarm, clerk)
     before = threading.active_count()
@@ -78,7 +71,7 @@ def test_idle_waiting_runs_started_with_start_hold_no_thread(durable: Any) -> No
 
 
 async def test_idle_waiting_runs_started_with_astart_hold_no_thread(durable: Any) -> None:
-    swarm = durable(Model(Clerk=_ask_then_greet).client)
+    swarm = durable(Model(Clerk=ask_then_greet).client)
     clerk = agent("Clerk", functions=[ask_user])
     before = threading.active_count()
     prefix = uuid.uuid4().hex[:8]

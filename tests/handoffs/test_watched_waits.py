@@ -19,24 +19,17 @@ from _support.wait import wait_for
 from durable_swarm import DurableSwarm, ask_user
 from durable_swarm.durable import _dbos
 from durable_swarm.durable._waits import watcher_for
-from durable_swarm.testing import ToolCall, calls
 
-from ._memory import Model, agent
+from ._memory import Model, agent, ask_then_greet
 from ._waiting import wait_status
 
 RUNS = 30
 IDLE_SECONDS = 2.0
 
 
-def _ask_then_greet(messages: list[dict[str, Any]], tools: Any) -> Any:
-    if messages[-1]["role"] == "user":
-        return calls(ToolCall("ask_user", {"question": "Your name?"}))
-    return f"Hello {messages[-1]['content']}."
-
-
 def _swarm(durable: Callable[..., DurableSwarm]) -> tuple[DurableSwarm, Any]:
     clerk = agent("Clerk", functions=[ask_user])
-    return durable(Model(Clerk=_ask_then_greet).client), clerk
+    return durable(Model(Clerk=ask_then_greet).client), clerk
 
 
 def _notification_queries(seconds: float) -> int:
