@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 DURABLE_SWARM_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
 export DURABLE_SWARM_TEST_POSTGRES_URL
 
-.PHONY: demo test test-faults lint typecheck pytest browser bench bench-quick clean
+.PHONY: demo test test-faults lint typecheck pytest browser fuse bench bench-quick clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,7 +39,9 @@ pytest: $(STAMP) browser
 
 # The slow fault-injection tests (real processes killed, paused, cut off from the database).
 # The missing-agent test checks "not failed after N s" with N = 20 here (60 when run by hand).
-test-faults: $(STAMP)
+# The read-only SQLite test mounts a FUSE filesystem: Debian's libfuse3 is installed here when
+# missing and running as root; otherwise that test skips and says why (fails under CI).
+test-faults: $(STAMP) fuse
 	DURABLE_SWARM_TEST_MISSING_HORIZON=$${DURABLE_SWARM_TEST_MISSING_HORIZON:-20} \
 		$(BIN)/pytest -q -m faults tests/faults
 
@@ -52,6 +54,13 @@ browser:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	      || echo "Could not install chromium: the browser tests will skip (fail under CI)."; \
 	  else echo "No /usr/bin/chromium and not root: the browser tests will skip."; fi; }
+
+fuse:
+	@ldconfig -p | grep -q libfuse3 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfuse3-3 >/dev/null) \
+	      || echo "Could not install libfuse3-3: the read-only SQLite test will skip (fail under CI)."; \
+	  else echo "No libfuse3 and not root: the read-only SQLite test will skip."; fi; }
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py

@@ -1,11 +1,12 @@
 """Fixtures of the fault tests: real processes (plain `DurableSwarm` ones and workers) on one
 database, the fake model they share, and the faults (SIGKILL, SIGSTOP/SIGCONT, a database cut
-by a loopback TCP proxy, a read-only or full SQLite file).
+by a loopback TCP proxy, a read-only or full SQLite file; `_rofs.py`: a FUSE filesystem that
+turns read-only).
 
 Every test here is marked `faults` (run by `make test-faults`, which CI runs after `make test`).
 The model answers `step <tag>` with a call of `step(tag)`, then `done <tag>`; `arrivals(tag,
 stage)` counts its requests (stage = tool results in the request), so a test can tell that a
-finished model call was never made again.
+finished model call was never made again; `hold(tag, stage)` keeps such a call in the model.
 """
 
 from __future__ import annotations
@@ -41,6 +42,16 @@ class Model:
         self._lock = threading.Lock()
         self._arrivals: dict[tuple[str, int], int] = {}
         self.delay = 0.0  # seconds before each answer
+        self._gates: dict[tuple[str, int], threading.Event] = {}
+
+    def hold(self, tag: str, stage: int) -> None:
+        """Keep the answers to `(tag, stage)` until `release(tag, stage)`. The fake server
+        answers one request at a time: every other request waits too."""
+        self._gates[(tag, stage)] = threading.Event()
+
+    def release(self, tag: str, stage: int) -> None:
+        """Answer `(tag, stage)` again (the held request, and every later one)."""
+        self._gates[(tag, stage)].set()
 
     def arrivals(self, tag: str, stage: int) -> int:
         with self._lock:
@@ -52,6 +63,9 @@ class Model:
         stage = sum(1 for m in messages if m.get("role") == "tool")
         with self._lock:
             self._arrivals[(tag, stage)] = self._arrivals.get((tag, stage), 0) + 1
+            gate = self._gates.get((tag, stage))
+        if gate is not None:
+            gate.wait(TIMEOUT)
         reply = calls(ToolCall("step", {"tag": tag})) if stage == 0 else text(f"done {tag}")
         return Fault.delay(self.delay, reply) if self.delay else reply
 

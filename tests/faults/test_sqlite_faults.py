@@ -6,9 +6,10 @@ never left pending in a live process).
 Real faults: the database lives on a small tmpfs (a full disk), in a folder bind-mounted onto
 itself so it can be remounted read-only. Linux refuses that while a process has a file open for
 writing there, and a filesystem the kernel turns read-only after an error (ext4's
-errors=remount-ro) stays so until it is unmounted, so no live process can see its database turn
-read-only and then writable again: the read-only case is a database read-only from the start.
-Needs root (mount); skipped otherwise (the lock needs nothing special).
+errors=remount-ro) stays so until it is unmounted, so here the read-only case is a database
+read-only from the start; a database turning read-only mid-run (and writable again) is in
+`test_sqlite_read_only.py`, on a FUSE filesystem. Needs root (mount); skipped otherwise (the
+lock needs nothing special).
 """
 
 from __future__ import annotations
