@@ -88,6 +88,7 @@ PUBLIC: dict[str, set[str]] = {
         "ModelCallError",
         "ModelResponseError",
         "NonJsonValueError",
+        "RunCancelledError",
         "RunError",
         "RunNotFoundError",
         "SkillCompositionError",

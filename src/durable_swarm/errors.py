@@ -25,6 +25,7 @@ __all__ = [
     "ModelCallError",
     "ModelResponseError",
     "NonJsonValueError",
+    "RunCancelledError",
     "RunError",
     "RunNotFoundError",
     "SkillCompositionError",
@@ -143,6 +144,20 @@ class DecisionConflictError(DurableSwarmError):
             by=by,
             at=at,
             attempted=attempted,
+        )
+
+
+class RunCancelledError(DurableSwarmError):
+    """The run was cancelled before it finished (waiting for its result ends with this)."""
+
+    run_id: str
+
+    def __init__(self, run_id: str):
+        super().__init__(
+            f"Run {run_id!r} was cancelled before it finished. Its finished steps are kept: "
+            f"continue it with `durable-swarm runs resume {run_id}` or "
+            f"DurableSwarm.resume({run_id!r}), or read it with get_run({run_id!r}).",
+            run_id=run_id,
         )
 
 

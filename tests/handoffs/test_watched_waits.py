@@ -4,7 +4,8 @@
   poll interval (what a plain `DBOS.recv` per run costs on SQLite), and none on PostgreSQL,
   where DBOS's trigger notifies each message;
 * each answer wakes exactly its run, and the watcher holds no wait once they are answered;
-* a waiting run that is cancelled gives its wait up; resumed, it waits again and finishes.
+* a waiting run that is cancelled gives its wait up (its `RunHandle` says `RunCancelledError`);
+  resumed, it waits again and finishes.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from _support.wait import wait_for
 from durable_swarm import DurableSwarm, ask_user
 from durable_swarm.durable import _dbos
 from durable_swarm.durable._waits import watcher_for
+from durable_swarm.errors import RunCancelledError
 
 from ._memory import Model, agent, ask_then_greet
 from ._waiting import wait_status
@@ -85,6 +88,9 @@ def test_a_cancelled_waiting_run_gives_its_wait_up_and_resumes(
     swarm.cancel(handle.run_id)
     wait_for(lambda: watcher.waiting() == 0, "the cancelled run to give its wait up")
     assert swarm.get_run(handle.run_id).status == "cancelled"
+    with pytest.raises(RunCancelledError, match="was cancelled before it finished") as raised:
+        handle.result()  # ends at once: the run's task is gone
+    assert raised.value.run_id == handle.run_id
 
     swarm.resume(handle.run_id)
     wait_status(swarm, handle.run_id, "waiting_for_input")

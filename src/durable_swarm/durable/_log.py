@@ -50,10 +50,11 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
+from dbos._error import DBOSAwaitedWorkflowCancelledError
 from dbos._serialization import Serializer
 
 from .. import errors
-from ..errors import DurableSwarmError, RunError
+from ..errors import DurableSwarmError, RunCancelledError, RunError
 from ..usage import Tally, Usage
 
 __all__ = [
@@ -336,13 +337,18 @@ def _decode(value: Any) -> Any:
 @contextmanager
 def naming_run(run_id: str) -> Iterator[None]:
     """Fill in `run_id` on a library error raised in this block that does not name its run (a
-    run's error read back from the database does not know which run it belongs to)."""
+    run's error read back from the database does not know which run it belongs to), and say
+    `RunCancelledError` for DBOS's word that the run awaited here was cancelled."""
     try:
         yield
     except DurableSwarmError as e:
         if "run_id" in e._fields and e._fields["run_id"] is None:
             e._fields["run_id"] = e.run_id = run_id  # type: ignore[attr-defined]
         raise
+    except DBOSAwaitedWorkflowCancelledError as e:
+        if e.workflow_id != run_id:
+            raise
+        raise RunCancelledError(run_id) from None
 
 
 class JsonSerializer(Serializer):
