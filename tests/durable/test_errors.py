@@ -28,6 +28,7 @@ SAMPLES = [
         requests=4,
     ),
     errors.RunNotFoundError("r4"),
+    errors.RunCancelledError("r4c"),
     errors.ToolResultNotSerializableError("stash", "a socket", run_id="r5"),
     errors.DatabaseUnavailableError("postgresql://h/db", "refused"),
     errors.RunError("the ledger is closed", error_type="builtins.LookupError", run_id="r6"),

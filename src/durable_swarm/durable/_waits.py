@@ -21,6 +21,7 @@ The watcher thread runs only while some run waits; a process with no waiting run
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -75,9 +76,15 @@ class WaitWatcher:
             self._waiters.setdefault(key, []).append((loop, future))
             self._ensure_thread()
         try:
-            # A message sent before this run registered is found by looking once, now.
-            if await asyncio.to_thread(self._pending, [key]):
-                return
+            # A message sent before this run registered is found by looking once, now. If the
+            # database does not answer, the watcher's sweep looks again (a failed look must not
+            # become this step's recorded outcome).
+            try:
+                if await asyncio.to_thread(self._pending, [key]):
+                    return
+            except Exception as e:
+                logger.warning("Run %s: first look for its answer failed (%s).", run_id, e)
+                self.nudge()
             await future
         finally:
             with self._lock:
@@ -118,7 +125,9 @@ class WaitWatcher:
         with self._lock:
             entries = [entry for key in keys for entry in self._waiters.get(key, [])]
         for loop, future in entries:
-            loop.call_soon_threadsafe(_settle, future, error)
+            # A closed event loop (RuntimeError) has nothing waiting on it any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, future, error)
 
     def _run(self) -> None:
         while not self._stopped:
@@ -173,10 +182,12 @@ class WaitWatcher:
             swept = time.monotonic()
             while not self._stopped and self._keys():
                 # Each message as it comes; at least once a second, a look at the sweep's clock.
-                for notify in conn.notifies(timeout=1.0):
-                    run_id, _, topic = (notify.payload or "").partition("::")
-                    self._wake_found({(run_id, topic)})
-                    break
+                found: set[Key] = set()
+                for notify in conn.notifies(timeout=1.0, stop_after=1):  # the whole packet
+                    run_id, _, topic = (notify.payload or "").rpartition("::")
+                    found.add((run_id, topic))
+                if found:
+                    self._wake_found(found)
                 if self._nudged or time.monotonic() - swept >= SWEEP_SECONDS:
                     self._sweep()
                     swept = time.monotonic()
