@@ -239,12 +239,13 @@ class ProcessRegistry:
         self._engine.dispose()
 
     def database_exists(self) -> bool:
-        """False only for a PostgreSQL database not created yet (DBOS creates it at launch)."""
+        """False only for a PostgreSQL database not created yet (DBOS creates it at launch);
+        one that another process created meanwhile counts as there."""
         try:
             with self._engine.connect():
                 return True
-        except sa.exc.OperationalError:
-            name = self._engine.url.database
+        except sa.exc.OperationalError as e:
+            first, name = e, self._engine.url.database
             if self._engine.dialect.name != "postgresql" or not name:
                 raise
             server = sa.create_engine(self._engine.url.set(database="postgres"))
@@ -253,12 +254,15 @@ class ProcessRegistry:
                     query = sa.text("SELECT 1 FROM pg_database WHERE datname = :name")
                     missing = conn.execute(query, {"name": name}).first() is None
             except sa.exc.DBAPIError:
-                missing = False  # the server cannot tell: report the first error
+                raise first from None  # the server cannot tell: report the first error
             finally:
                 server.dispose()
-            if not missing:
-                raise
-            return False
+            if missing:
+                return False
+        # It exists now (another process starting beside this one may just have created it):
+        # connect again, and report that error if this fails too.
+        with self._engine.connect():
+            return True
 
     def _execute(self, sql: str, **params: Any) -> int:
         """Run one statement in a transaction of its own; returns the affected row count."""
