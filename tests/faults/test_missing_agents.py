@@ -2,8 +2,8 @@
 process can read, on the queue path and on the recovery path, and finishes once a process that
 has the agent runs.
 
-The issue asks for "not failed after 60 s"; `DURABLE_SWARM_TEST_MISSING_HORIZON` may shorten
-that horizon (the Makefile's fault target does), the check itself stays the same.
+Both runs must still be pending, not failed, 60 s after their reasons appear;
+`DURABLE_SWARM_TEST_MISSING_HORIZON` may shorten that horizon for a quick look by hand.
 """
 
 from __future__ import annotations
