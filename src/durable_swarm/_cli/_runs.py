@@ -9,7 +9,8 @@ import inspect
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -67,11 +68,26 @@ def _get_run(swarm: DurableClient, run_id: str, url: str) -> RunInfo:
         raise CliError(f"{e} (database: {display_url(url)})") from e
 
 
+@contextmanager
+def _open_run(args: argparse.Namespace) -> Iterator[tuple[DurableClient, RunInfo]]:
+    """A thin client on the command's run database and the run `args.run_id` read from it
+    (`CliError` naming the database when there is no such run); closed when the block ends."""
+    url = _database(args)
+    with open_swarm(url) as swarm:
+        yield swarm, _get_run(swarm, args.run_id, url)
+
+
 def _emit(args: argparse.Namespace, data: dict[str, Any], lines: list[str]) -> None:
     if getattr(args, "json", False):
         print(dumps({**data, "schema_version": JSON_SCHEMA_VERSION}))
     else:
         print("\n".join(lines))
+
+
+def _done(args: argparse.Namespace, style: Style, data: dict[str, Any], text: str) -> int:
+    """Report a change made to a run: `data` as JSON with --json, else `✓ text`; exit status 0."""
+    _emit(args, data, [f"{style.paint('✓', 'green')} {text}"])
+    return 0
 
 
 # --- looking ------------------------------------------------------------------------------------
@@ -279,40 +295,24 @@ _GOES_ON = (
 
 def cmd_send(args: argparse.Namespace, style: Style) -> int:
     """`runs send`: answer the question a run waits on."""
-    url = _database(args)
-    with open_swarm(url) as swarm:
-        _get_run(swarm, args.run_id, url)
+    with _open_run(args) as (swarm, _):
         swarm.send_input(args.run_id, args.text, **_by(swarm.send_input, args))
-    _emit(
-        args,
-        {"run_id": args.run_id, "action": "send", "text": args.text},
-        [f"{style.paint('✓', 'green')} Sent your answer to run {clean(args.run_id)}. {_GOES_ON}"],
-    )
-    return 0
+    data = {"run_id": args.run_id, "action": "send", "text": args.text}
+    return _done(args, style, data, f"Sent your answer to run {clean(args.run_id)}. {_GOES_ON}")
 
 
 def cmd_approve(args: argparse.Namespace, style: Style) -> int:
     """`runs approve`: approve the tool call a run waits on."""
-    url = _database(args)
-    with open_swarm(url) as swarm:
-        _get_run(swarm, args.run_id, url)
+    with _open_run(args) as (swarm, _):
         swarm.approve(args.run_id, args.tool_call_id, **_by(swarm.approve, args))
-    _emit(
-        args,
-        {"run_id": args.run_id, "action": "approve", "tool_call_id": args.tool_call_id},
-        [
-            f"{style.paint('✓', 'green')} Approved tool call {clean(args.tool_call_id)} of run "
-            f"{clean(args.run_id)}. {_GOES_ON}"
-        ],
-    )
-    return 0
+    data = {"run_id": args.run_id, "action": "approve", "tool_call_id": args.tool_call_id}
+    call, run = clean(args.tool_call_id), clean(args.run_id)
+    return _done(args, style, data, f"Approved tool call {call} of run {run}. {_GOES_ON}")
 
 
 def cmd_reject(args: argparse.Namespace, style: Style) -> int:
     """`runs reject`: reject the tool call a run waits on (the model reads `--message`)."""
-    url = _database(args)
-    with open_swarm(url) as swarm:
-        _get_run(swarm, args.run_id, url)
+    with _open_run(args) as (swarm, _):
         by = _by(swarm.reject, args)
         swarm.reject(args.run_id, args.tool_call_id, message=args.message, **by)
     data = {
@@ -322,16 +322,12 @@ def cmd_reject(args: argparse.Namespace, style: Style) -> int:
         "message": args.message,
     }
     call, run = clean(args.tool_call_id), clean(args.run_id)
-    line = f"{style.paint('✓', 'green')} Rejected tool call {call} of run {run}"
-    _emit(args, data, [f"{line}. {_GOES_ON}"])
-    return 0
+    return _done(args, style, data, f"Rejected tool call {call} of run {run}. {_GOES_ON}")
 
 
 def cmd_cancel(args: argparse.Namespace, style: Style) -> int:
     """`runs cancel`: stop a run before its next step (it can be resumed later)."""
-    url = _database(args)
-    with open_swarm(url) as swarm:
-        info = _get_run(swarm, args.run_id, url)
+    with _open_run(args) as (swarm, info):
         if info.status in ("succeeded", "failed"):
             raise CliError(
                 f"Run {clean(args.run_id)} already {info.status}: there is nothing to cancel, and "
@@ -341,22 +337,18 @@ def cmd_cancel(args: argparse.Namespace, style: Style) -> int:
             swarm.cancel(args.run_id)
     already = info.status == "cancelled"
     text = "was already cancelled" if already else "is cancelled: it stops before its next step"
-    _emit(
+    return _done(
         args,
+        style,
         {"run_id": args.run_id, "action": "cancel", "changed": not already},
-        [
-            f"{style.paint('✓', 'green')} Run {clean(args.run_id)} {text}. "
-            f"Resume it with: durable-swarm runs resume {clean(args.run_id)}"
-        ],
+        f"Run {clean(args.run_id)} {text}. "
+        f"Resume it with: durable-swarm runs resume {clean(args.run_id)}",
     )
-    return 0
 
 
 def cmd_resume(args: argparse.Namespace, style: Style) -> int:
     """`runs resume`: continue a cancelled or failed run from its last finished step."""
-    url = _database(args)
-    with open_swarm(url) as swarm:
-        info = _get_run(swarm, args.run_id, url)
+    with _open_run(args) as (swarm, info):
         if info.status == "succeeded":
             raise CliError(
                 f"Run {args.run_id} already succeeded: there is nothing to resume, and nothing "
@@ -368,44 +360,38 @@ def cmd_resume(args: argparse.Namespace, style: Style) -> int:
     kept = [s.step for s in info.steps if s.error is None and s.completed_at]
     where = f"after step {max(kept)}" if kept else "from the start"
     limits = f" under budget {budget.to_json()}" if budget is not None else ""
-    _emit(
+    return _done(
         args,
+        style,
         {
             "run_id": args.run_id,
             "action": "resume",
             "previous_status": info.status,
             "budget": budget.to_json() if budget is not None else None,
         },
-        [
-            f"{style.paint('✓', 'green')} Run {clean(args.run_id)} ({info.status}) is queued to "
-            f"go on {where}{limits}; finished steps are not run again. A worker with its agents "
-            "picks it up: your app, when it runs on this database."
-        ],
+        f"Run {clean(args.run_id)} ({info.status}) is queued to go on {where}{limits}; finished "
+        "steps are not run again. A worker with its agents picks it up: your app, when it runs "
+        "on this database.",
     )
-    return 0
 
 
 def cmd_fork(args: argparse.Namespace, style: Style) -> int:
     """`runs fork`: a new run that copies a run's steps before STEP and runs the rest again."""
-    url = _database(args)
-    with open_swarm(url) as swarm:
-        _get_run(swarm, args.run_id, url)
+    with _open_run(args) as (swarm, _):
         try:
             handle = swarm.fork(args.run_id, args.step, new_run_id=args.new_run_id)
         except DurableSwarmError as e:
             raise CliError(
                 f"{e} (`durable-swarm runs show {args.run_id}` lists them.) Nothing was changed."
             ) from e
-    _emit(
+    return _done(
         args,
+        style,
         {"run_id": handle.run_id, "action": "fork", "forked_from": args.run_id, "step": args.step},
-        [
-            f"{style.paint('✓', 'green')} Forked run {clean(args.run_id)} at step {args.step} as "
-            f"run {style.paint(handle.run_id, 'bold')}: steps before {args.step} are copied, the "
-            "rest runs again in a worker (your app, when it runs on this database)."
-        ],
+        f"Forked run {clean(args.run_id)} at step {args.step} as run "
+        f"{style.paint(handle.run_id, 'bold')}: steps before {args.step} are copied, the rest "
+        "runs again in a worker (your app, when it runs on this database).",
     )
-    return 0
 
 
 # --- deleting ----------------------------------------------------------------------------------
