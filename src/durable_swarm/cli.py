@@ -73,6 +73,7 @@ def _common(json_output: bool) -> argparse.ArgumentParser:
 
 
 T = TypeVar("T", int, float)
+Handler = Callable[[argparse.Namespace, Style], int]
 
 
 def _number(text: str, convert: Callable[[str], T], kind: str) -> T:
@@ -227,26 +228,33 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_runs(commands, common)
 
-    demo = commands.add_parser(
+    def command(
+        name: str, handler: Handler, help_text: str, description: str
+    ) -> argparse.ArgumentParser:
+        """A command that takes the common options and is run by `handler`."""
+        sub = commands.add_parser(name, parents=[common], help=help_text, description=description)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    demo = command(
         "demo",
-        parents=[common],
-        help=f"run an example by name (default: {DEFAULT_DEMO}); --list lists them",
-        description="Run an example offline (or with a real model if OPENAI_API_KEY or "
-        "OPENAI_BASE_URL is set). Arguments after NAME go to the example, e.g. "
+        cmd_demo,
+        f"run an example by name (default: {DEFAULT_DEMO}); --list lists them",
+        "Run an example offline (or with a real model if OPENAI_API_KEY or OPENAI_BASE_URL is "
+        "set). Arguments after NAME go to the example, e.g. "
         "`durable-swarm demo triage_agent --durable --say 'I want a refund'`.",
     )
     demo.add_argument("--list", action="store_true", help="list the demos")
     _add_model_options(demo, "the example's")
     demo.add_argument("name", nargs="?", metavar="NAME", help=f"default: {DEFAULT_DEMO}")
     demo.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="for the example")
-    demo.set_defaults(handler=cmd_demo)
 
-    chat = commands.add_parser(
+    chat = command(
         "chat",
-        parents=[common],
-        help="chat with an agent in the terminal; every turn is a durable run",
-        description="Import MODULE (a dotted name or a .py file) and chat with its AGENT; every "
-        "turn is a durable run. Needs a model: OPENAI_API_KEY, or OPENAI_BASE_URL.",
+        _cmd_chat,
+        "chat with an agent in the terminal; every turn is a durable run",
+        "Import MODULE (a dotted name or a .py file) and chat with its AGENT; every turn is a "
+        "durable run. Needs a model: OPENAI_API_KEY, or OPENAI_BASE_URL.",
     )
     chat.add_argument("target", metavar="MODULE:AGENT")
     chat.add_argument("--stream", action="store_true", help="print answers as they arrive")
@@ -258,15 +266,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="one durable conversation: start it, or continue it after a stop or a crash",
     )
     add_budget_options(chat, "each run (turn or session) stops once it reaches this budget")
-    chat.set_defaults(handler=_cmd_chat)
 
-    worker = commands.add_parser(
+    worker = command(
         "worker",
-        parents=[common],
-        help="serve runs from a queue (PostgreSQL; several workers share one database)",
-        description="Import MODULE (a DurableSwarm, its model client, or just the module that "
-        "defines the agents) and run the runs that thin clients put on QUEUE, at most N at a "
-        "time. Runs of a worker that died are finished by a live one.",
+        _cmd_worker,
+        "serve runs from a queue (PostgreSQL; several workers share one database)",
+        "Import MODULE (a DurableSwarm, its model client, or just the module that defines the "
+        "agents) and run the runs that thin clients put on QUEUE, at most N at a time. Runs of a "
+        "worker that died are finished by a live one.",
     )
     worker.add_argument("target", metavar="MODULE[:ATTR]")
     worker.add_argument("--queue", default=DEFAULT_QUEUE, help=f"default: {DEFAULT_QUEUE}")
@@ -285,15 +292,14 @@ def build_parser() -> argparse.ArgumentParser:
         "taken over (default: $DURABLE_SWARM_DEAD_AFTER, else 6 heartbeats)",
     )  # fmt: skip
     add_budget_options(worker, "the budget of runs whose client gave none")
-    worker.set_defaults(handler=_cmd_worker)
 
-    serve = commands.add_parser(
+    serve = command(
         "serve",
-        parents=[common],
-        help="the web console and HTTP API (needs the 'web' extra)",
-        description="Serve the web console and HTTP API on the run database: see runs live, "
-        "answer questions, approve tool calls. It never runs a run itself; workers do. "
-        "Binding to an address other than loopback needs a token.",
+        _cmd_serve,
+        "the web console and HTTP API (needs the 'web' extra)",
+        "Serve the web console and HTTP API on the run database: see runs live, answer "
+        "questions, approve tool calls. It never runs a run itself; workers do. Binding to an "
+        "address other than loopback needs a token.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
     serve.add_argument("--port", type=int, default=8000, help="default: 8000")
@@ -303,7 +309,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="require 'Authorization: Bearer T' (or a login) on every request "
         "(default: DURABLE_SWARM_TOKEN)",
     )
-    serve.set_defaults(handler=_cmd_serve)
 
     completion = commands.add_parser(
         "completion",
