@@ -165,7 +165,14 @@ def test_parallel_tool_calls_sent_only_with_tools(make_swarm):
     assert with_tools["parallel_tool_calls"] is True
 
 
-def test_model_override_applies_to_every_agent(make_swarm):
+@pytest.mark.parametrize(
+    ("override", "models"),
+    [
+        pytest.param("override-model", ["override-model", "override-model"], id="override"),
+        pytest.param(None, ["first-model", "second-model"], id="each-agents-own"),
+    ],
+)
+def test_model_override_applies_to_every_agent_else_each_agents_model(make_swarm, override, models):
     second = Agent(name="Second", model="second-model")
 
     def transfer():
@@ -174,23 +181,9 @@ def test_model_override_applies_to_every_agent(make_swarm):
     first = Agent(name="First", model="first-model", functions=[transfer])
     client = mock_client(calling(tool_call("transfer")), completion("hi"))
 
-    make_swarm(client).run(agent=first, messages=USER, model_override="override-model")
+    make_swarm(client).run(agent=first, messages=USER, model_override=override)
 
-    assert [r["model"] for r in requests(client)] == ["override-model", "override-model"]
-
-
-def test_model_without_override_is_each_agents_model(make_swarm):
-    second = Agent(name="Second", model="second-model")
-
-    def transfer():
-        return second
-
-    first = Agent(name="First", model="first-model", functions=[transfer])
-    client = mock_client(calling(tool_call("transfer")), completion("hi"))
-
-    make_swarm(client).run(agent=first, messages=USER)
-
-    assert [r["model"] for r in requests(client)] == ["first-model", "second-model"]
+    assert [r["model"] for r in requests(client)] == models
 
 
 def test_stream_flag_sent(make_swarm):
