@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from _support.logs import append_line, read_lines
 from durable_swarm import Agent
 from durable_swarm.testing import Reply, ToolCall, calls, text
 
@@ -31,8 +32,7 @@ CHIEF_TASK = [{"role": "user", "content": "Get me the Moon report."}]
 
 def fetch_log(directory: Path) -> list[str]:
     """The topics `fetch` looked up in `directory`, one per execution."""
-    path = directory / "fetch.log"
-    return path.read_text().splitlines() if path.exists() else []
+    return read_lines(directory / "fetch.log")
 
 
 def fetch(topic: str) -> str:
@@ -41,10 +41,7 @@ def fetch(topic: str) -> str:
     Args:
         topic: what to look up.
     """
-    with open(Path(os.environ[WORK_DIR_ENV]) / "fetch.log", "a") as f:
-        f.write(topic + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    append_line(Path(os.environ[WORK_DIR_ENV]) / "fetch.log", topic)
     return f"facts about {topic}"
 
 

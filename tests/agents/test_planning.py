@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from _support.logs import read_lines
 from _support.wait import wait_for
 from durable_swarm import Agent, Result, Skill, Swarm
 from durable_swarm.loop import RunState, build_request
@@ -129,8 +130,7 @@ def statuses(plan: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def lookups(work_dir: Path) -> list[str]:
-    path = work_dir / "lookup.log"
-    return path.read_text().splitlines() if path.exists() else []
+    return read_lines(work_dir / "lookup.log")
 
 
 def assert_finished_as_planned(messages: list[dict[str, Any]], context: dict[str, Any]) -> None:

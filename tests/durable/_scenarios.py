@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _support.logs import append_line, read_lines
 from durable_swarm import Agent
 from durable_swarm.testing import Reply, ToolCall, calls, text
 
@@ -57,16 +58,12 @@ def work_dir() -> Path:
 
 def record(tool: str, line: str) -> None:
     """Append one line to `<work dir>/<tool>.log` (one line per tool execution)."""
-    with open(work_dir() / f"{tool}.log", "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    append_line(work_dir() / f"{tool}.log", line)
 
 
 def executions(directory: Path, tool: str) -> list[str]:
     """The lines a tool wrote, one per execution, in `directory`."""
-    path = directory / f"{tool}.log"
-    return path.read_text().splitlines() if path.exists() else []
+    return read_lines(directory / f"{tool}.log")
 
 
 def hang_if(point: str) -> None:

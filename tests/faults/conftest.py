@@ -23,6 +23,7 @@ import pytest
 os.environ.setdefault("DURABLE_SWARM_LOG_LEVEL", "ERROR")
 
 from _support import procs
+from _support.logs import read_lines
 from durable_swarm.testing import FakeOpenAIServer, Fault, Reply, ToolCall, calls, text
 
 HERE = Path(__file__).resolve().parent
@@ -101,8 +102,7 @@ def worker_settings(database_url: str, queue: str, beat: float, dead: float) -> 
 
 def step_lines(work_dir: Path) -> list[tuple[str, str, int]]:
     """`(start|end, tag, pid)` for every line the `step` tool wrote."""
-    path = work_dir / "step.log"
-    lines = path.read_text().splitlines() if path.exists() else []
+    lines = read_lines(work_dir / "step.log")
     return [(kind, tag, int(pid)) for kind, tag, pid in (line.split() for line in lines)]
 
 

@@ -25,6 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from _support.logs import append_line, read_lines
 from durable_swarm import (
     AfterWork,
     AfterWorkOption,
@@ -44,16 +45,12 @@ WORK_DIR_ENV = "HANDOFFS_TEST_WORK_DIR"
 
 def record(name: str, line: str) -> None:
     """Append one line to `<work dir>/<name>.log` (flushed to disk before returning)."""
-    with open(Path(os.environ[WORK_DIR_ENV]) / f"{name}.log", "a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    append_line(Path(os.environ[WORK_DIR_ENV]) / f"{name}.log", line)
 
 
 def lines(directory: Path, name: str) -> list[str]:
     """The lines written to `<directory>/<name>.log` so far."""
-    path = directory / f"{name}.log"
-    return path.read_text().splitlines() if path.exists() else []
+    return read_lines(directory / f"{name}.log")
 
 
 def _tool_results(messages: list[dict[str, Any]]) -> dict[str, str]:

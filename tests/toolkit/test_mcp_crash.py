@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from _support.logs import read_lines
 from _support.procs import wait_for
 from durable_swarm.testing import FakeOpenAIServer, Fault, ToolCall, calls, text
 
@@ -106,8 +107,7 @@ def test_a_finished_tool_call_is_not_made_again_after_a_crash(
         def effects() -> list[Any]:
             if tool != "shell":
                 return lines(mcp_log)
-            path = work / "effects.txt"
-            return path.read_text().splitlines() if path.exists() else []
+            return read_lines(work / "effects.txt")
 
         assert len(effects()) == 1
         if tool == "mcp-http":  # the server changes: restarted with one more tool
