@@ -75,13 +75,14 @@ def _start_and_interrupt(tmp_path: Path, sig: int, during: str, *extra: str) -> 
     return "".join(output)
 
 
-def _resume(tmp_path: Path, *extra: str) -> str:
+def _run_to_the_end(tmp_path: Path, *extra: str, timeout: float = 120) -> str:
+    """Run the demo with short steps until it exits (status 0 asserted); return its output."""
     finished = subprocess.run(
         [*_command(tmp_path), *extra],
         env=_env(tmp_path, step_seconds=0.05),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         cwd=tmp_path,
     )
     assert finished.returncode == 0, finished.stdout + finished.stderr
@@ -104,7 +105,7 @@ def test_refund_demo_resumes_at_the_right_step_without_repeating(
     if sig == signal.SIGINT:
         assert "Run the same command again to resume" in first
 
-    second = _resume(tmp_path)
+    second = _run_to_the_end(tmp_path)
 
     assert "Resuming run refund-demo" in second
     assert "what is your name?" not in second  # not asked again
@@ -117,23 +118,15 @@ def test_refund_demo_resumes_at_the_right_step_without_repeating(
 
 
 def test_refund_demo_show_crash_mode(tmp_path: Path) -> None:
-    shown = subprocess.run(
-        [*_command(tmp_path), "--show-crash"],
-        env=_env(tmp_path, step_seconds=0.05),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=tmp_path,
-    )
-    assert shown.returncode == 0, shown.stdout + shown.stderr
-    assert "the process dies in the middle of reverse_payment" in shown.stdout
-    assert "Resuming run refund-demo" in shown.stdout
+    shown = _run_to_the_end(tmp_path, "--show-crash", timeout=180)
+    assert "the process dies in the middle of reverse_payment" in shown
+    assert "Resuming run refund-demo" in shown
     assert [entry["step"] for entry in _ledger(tmp_path)] == ALL_STEPS
 
 
 def test_refund_demo_finished_run_is_not_run_again(tmp_path: Path) -> None:
-    _resume(tmp_path)
-    again = _resume(tmp_path)
+    _run_to_the_end(tmp_path)
+    again = _run_to_the_end(tmp_path)
     assert "already finished" in again
     assert [entry["step"] for entry in _ledger(tmp_path)] == ALL_STEPS
 
@@ -146,12 +139,12 @@ def test_fresh_then_the_same_command_resumes_and_refunds_each_order_once(tmp_pat
     order = re.search(r"reverse_payment: (A-\d+) was already reversed: no second refund", first)
     assert order, first
 
-    second = _resume(tmp_path, "--fresh")
+    second = _run_to_the_end(tmp_path, "--fresh")
     assert f"Resuming run {run_id}" in second
     assert "succeeded; discount: 10%" in second
     assert [e["step"] for e in _ledger(tmp_path)] == ALL_STEPS  # the order refunded once
 
-    third = _resume(tmp_path, "--fresh")  # the last --fresh run finished: a new one
+    third = _run_to_the_end(tmp_path, "--fresh")  # the last --fresh run finished: a new one
     assert "Starting run refund-" in third and run_id not in third.split("Its timeline")[0]
     assert f"reversing 89.90 EUR for {order[1]}" not in third  # a new run, its own order
     assert [e["step"] for e in _ledger(tmp_path)] == ALL_STEPS * 2  # each order refunded once
