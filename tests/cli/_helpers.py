@@ -130,13 +130,11 @@ def cli_parallel(*commands: tuple[list[str], bool], db: Path | str | None = None
     return results
 
 
-def runs_app(url: Path | str, command: str, *targets: str, fixed: bool = False) -> Any:
-    """Run the test app (`create` the runs, or `work` on them); return the statuses it prints."""
-    argv = [sys.executable, str(APP), str(url), command, *targets]
-    if fixed:
-        argv.append("--fixed")
+def run_script(script: Path, *args: str) -> Any:
+    """Run a Python script in a child process until it exits (status 0 asserted); return the
+    JSON of the last line it prints."""
     done = subprocess.run(
-        argv,
+        [sys.executable, str(script), *args],
         env=child_env(),
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -145,6 +143,12 @@ def runs_app(url: Path | str, command: str, *targets: str, fixed: bool = False) 
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def runs_app(url: Path | str, command: str, *targets: str, fixed: bool = False) -> Any:
+    """Run the test app (`create` the runs, or `work` on them); return the statuses it prints."""
+    flags = ["--fixed"] if fixed else []
+    return run_script(APP, str(url), command, *targets, *flags)
 
 
 def start_worker(url: Path | str, *targets: str, fixed: bool = False) -> subprocess.Popen[str]:

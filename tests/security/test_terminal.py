@@ -5,15 +5,12 @@ every command, on SQLite and PostgreSQL; JSON output keeps them exactly (as esca
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from cli._helpers import TIMEOUT, child_env, cli_batch
+from cli._helpers import cli_batch, run_script
 from durable_swarm._cli._render import dumps
 from durable_swarm._cli._style import clean
 
@@ -31,16 +28,7 @@ FULL = clean(EVIL)
 @pytest.fixture(scope="module")
 def hostile_db(make_database_url) -> str:
     url = make_database_url("hostile")
-    done = subprocess.run(
-        [sys.executable, str(APP), url],
-        env=child_env(),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.splitlines()[-1]) == {
+    assert run_script(APP, url) == {
         "ok": "succeeded",
         "failed": "failed",
         "input": "waiting_for_input",
