@@ -12,6 +12,11 @@ from triage_agent import run as triage
 from weather_agent import run as weather
 
 
+def say(*lines):
+    """The arguments that make an example read `lines` as the user's, one after the other."""
+    return [arg for line in lines for arg in ("--say", line)]
+
+
 def says(out, agent, text):
     """Whether `agent` said `text` (a line `<agent>: <text...>`)."""
     return any(line.startswith(f"{agent}: {text}") for line in out.splitlines())
@@ -20,14 +25,12 @@ def says(out, agent, text):
 def test_triage_refund_discount_then_sales(run_example):
     out = run_example(
         triage.main,
-        "--say",
-        "I want a refund for item_42",
-        "--say",
-        "It was too expensive",
-        "--say",
-        "I insist",
-        "--say",
-        "Actually, I want to buy bees",
+        *say(
+            "I want a refund for item_42",
+            "It was too expensive",
+            "I insist",
+            "Actually, I want to buy bees",
+        ),
     )
     assert out.startswith("(offline: scripted model")
     assert says(out, "Triage Agent", "transfer_to_refunds()")
@@ -44,12 +47,11 @@ def test_triage_refund_discount_then_sales(run_example):
 def test_weather_streams_answers_and_sends_email(run_example):
     out = run_example(
         weather.main,
-        "--say",
-        "Hi!",
-        "--say",
-        "Do I need an umbrella? I'm in chicago.",
-        "--say",
-        "Email the weather in Oslo to ada@example.com",
+        *say(
+            "Hi!",
+            "Do I need an umbrella? I'm in chicago.",
+            "Email the weather in Oslo to ada@example.com",
+        ),
     )
     assert says(out, "Weather Agent", "Hello! Ask me about the weather anywhere.")
     assert says(out, "Weather Agent", 'get_weather("location"= "Chicago")')
@@ -59,19 +61,14 @@ def test_weather_streams_answers_and_sends_email(run_example):
 
 
 def test_weather_without_streaming(run_example):
-    out = run_example(weather.main, "--no-stream", "--say", "Weather in Paris?")
+    out = run_example(weather.main, "--no-stream", *say("Weather in Paris?"))
     assert says(out, "Weather Agent", "It's 65°F in Paris right now.")
 
 
 def test_airline_cancel_flow(run_example):
     out = run_example(
         airline.main,
-        "--say",
-        "I want to cancel my flight",
-        "--say",
-        "A refund, please",
-        "--say",
-        "No, that's all",
+        *say("I want to cancel my flight", "A refund, please", "No, that's all"),
     )
     assert says(out, "Triage Agent", "transfer_to_flight_modification()")
     assert says(out, "Flight Modification Agent", "transfer_to_flight_cancel()")
@@ -84,7 +81,8 @@ def test_airline_cancel_flow(run_example):
 
 def test_airline_baggage_then_change_goes_back_through_triage(run_example):
     out = run_example(
-        airline.main, "--say", "My bag is lost", "--say", "Can I change my flight to tomorrow?"
+        airline.main,
+        *say("My bag is lost", "Can I change my flight to tomorrow?"),
     )
     assert says(out, "Lost baggage traversal", "initiate_baggage_search()")
     assert says(out, "Lost baggage traversal", "Good news: we found your bag")
@@ -97,14 +95,12 @@ def test_airline_baggage_then_change_goes_back_through_triage(run_example):
 def test_support_bot_answers_from_the_help_center(run_example):
     out = run_example(
         support_bot.main,
-        "--say",
-        "Hi",
-        "--say",
-        "How do I rotate my API key?",
-        "--say",
-        "Please open a ticket: my invoice is wrong",
-        "--say",
-        "Email that to ada@example.com",
+        *say(
+            "Hi",
+            "How do I rotate my API key?",
+            "Please open a ticket: my invoice is wrong",
+            "Email that to ada@example.com",
+        ),
     )
     assert says(out, "User Interface Agent", "Hello!")
     assert says(out, "User Interface Agent", "transfer_to_help_center()")
@@ -131,16 +127,13 @@ def test_help_center_search_is_ranked_full_text():
 def test_personal_shopper_refunds_and_orders_in_its_database(run_example):
     out = run_example(
         shopper.main,
-        "--say",
-        "I want to return something",
-        "--say",
-        "user 1, item 11",
-        "--say",
-        "by email please",
-        "--say",
-        "Now I'd like to buy wool socks",
-        "--say",
-        "user 1, product 8",
+        *say(
+            "I want to return something",
+            "user 1, item 11",
+            "by email please",
+            "Now I'd like to buy wool socks",
+            "user 1, product 8",
+        ),
     )
     assert "purchases: item_id, user_id, date_of_purchase, product_id, amount, refunded" in out
     assert says(out, "Triage Agent", "transfer_to_refunds_agent()")
