@@ -113,6 +113,14 @@ def crash_then_recover(
     return first, second.finish()
 
 
+def crash_at_hang_point(procs: Processes, point: str, what: str) -> tuple[Child, dict[str, Any]]:
+    """`crash_then_recover` with the first child stopped at `point` (see `_scenarios.hang_if`)
+    and killed once it has written `<point>.reached`."""
+    return crash_then_recover(
+        procs, lambda _: (procs.work / f"{point}.reached").exists(), what, hang=point
+    )
+
+
 def assert_same_as_uninterrupted(result: dict[str, Any], expected: dict[str, Any]) -> None:
     assert result["status"] == "succeeded"
     assert result["messages"] == expected["messages"]
@@ -158,9 +166,7 @@ def test_kill_inside_a_tool_call(zygote, children_database_url, tmp_path, uninte
     expected = uninterrupted()
     model = ScenarioModel()
     with crash_setup(zygote, tmp_path, children_database_url, model) as (procs, server, _):
-        _, result = crash_then_recover(
-            procs, lambda _: (procs.work / "note.reached").exists(), "the note tool", hang="note"
-        )
+        _, result = crash_at_hang_point(procs, "note", "the note tool")
 
     assert_same_as_uninterrupted(result, expected)
     assert server.request_count == expected["requests"] == MODEL_CALLS
@@ -176,12 +182,7 @@ def test_kill_between_steps(zygote, children_database_url, tmp_path, uninterrupt
     expected = uninterrupted()
     model = ScenarioModel()
     with crash_setup(zygote, tmp_path, children_database_url, model) as (procs, server, _):
-        _, result = crash_then_recover(
-            procs,
-            lambda _: (procs.work / "between.reached").exists(),
-            "the pause after the note step",
-            hang="between",
-        )
+        _, result = crash_at_hang_point(procs, "between", "the pause after the note step")
 
     assert_same_as_uninterrupted(result, expected)
     assert server.request_count == expected["requests"] == MODEL_CALLS
@@ -262,12 +263,7 @@ def test_idempotency_key_is_the_same_when_a_tool_reruns_after_a_crash(
     expected = uninterrupted()
     model = ScenarioModel()
     with crash_setup(zygote, tmp_path, children_database_url, model) as (procs, server, run_id):
-        _, result = crash_then_recover(
-            procs,
-            lambda _: (procs.work / "charge.reached").exists(),
-            "the charge tool",
-            hang="charge",
-        )
+        _, result = crash_at_hang_point(procs, "charge", "the charge tool")
 
     assert_same_as_uninterrupted(result, expected)
     charge_step = next(step for step, kind, name in result["steps"] if name == "charge")
