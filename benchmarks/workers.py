@@ -2,7 +2,7 @@
 
 Every part is a process of its own: the model (`FakeOpenAIServer`, no latency, scenario model ->
 `lookup` tool -> model, the real `openai` client over HTTP), a thin client (`DurableClient`) that
-keeps the queue filled (it enqueues runs by agent name whenever fewer than `30 x workers` wait,
+keeps the queue filled (it enqueues runs by agent name whenever fewer than `60 x workers` wait,
 so the queue never empties), and 1 or 2 workers started with the real worker machinery
 (`run_worker`, what `durable-swarm worker _workers_app:client` does: default concurrency 10,
 poll interval 0.5 s). For each database (SQLite, PostgreSQL), number of workers (1, 2) and
@@ -14,6 +14,9 @@ dequeue mode, on a queue of its own:
   processes; for SQLite the database work is inside the workers), the model server and the
   client; also the CPU the rest of the machine used meanwhile ("others", in cores: the machine
   is shared, and that load takes cores from the ceiling);
+* how full the workers' slots were (runs in flight / (workers x concurrency), median of
+  samples every 0.5 s), and the cores the machine left idle ("idle": CPU nobody used, so a
+  shortfall with idle cores is the workers' own, one without is contention);
 * the CPU-bound ceiling: `min(workers / worker CPU per run, cores / total CPU per run)` (a
   worker is one Python process: at most one core of work, less where the GIL is contended);
   and the fraction of it achieved.
@@ -84,14 +87,14 @@ def fill_queue(db: str, queue: str, low: int, high: int) -> None:
             time.sleep(0.1)  # the client's own pace; the backlog covers it many times over
 
 
-def serve_worker(db: str, queue: str, polling_only: bool) -> None:
+def serve_worker(db: str, queue: str, concurrency: int, polling_only: bool) -> None:
     """A worker (`run_worker`, as `durable-swarm worker` runs it) on `queue`."""
     from durable_swarm.durable import _wakeup, run_worker
 
     if polling_only:
         _wakeup.ENABLED = False
     os.chdir(BENCH_DIR)
-    run_worker("_workers_app:client", queue=queue, database_url=db)
+    run_worker("_workers_app:client", queue=queue, database_url=db, concurrency=concurrency)
 
 
 # --- measuring -------------------------------------------------------------------------------
@@ -214,6 +217,7 @@ def measure(
     log_dir: Path,
     warmup: float,
     window: float,
+    concurrency: int,
 ) -> dict[str, Any]:
     """One measurement: `workers` workers in `mode` on a fresh `queue`."""
     base_url = model.wait_for_line("URL ").split()[1]
@@ -221,6 +225,7 @@ def measure(
     try:
         for i in range(workers):  # first: on PostgreSQL, a worker's DBOS creates the database
             args = ["--role", "worker", "--db", url, "--queue", queue]
+            args += ["--concurrency", str(concurrency)]
             if mode == "poll":
                 args.append("--polling-only")
             started.append(
@@ -230,8 +235,8 @@ def measure(
             worker.wait_for_line("serving queue")
         client = Child(
             f"client-{queue}",
-            ["--role", "client", "--db", url, "--queue", queue, "--low", str(30 * workers),
-             "--high", str(50 * workers)],
+            ["--role", "client", "--db", url, "--queue", queue, "--low", str(60 * workers),
+             "--high", str(120 * workers)],
             log_dir,
             {},
         )  # fmt: skip
@@ -246,10 +251,12 @@ def measure(
         busy_before = machine_busy_seconds()
         first = db.counts(queue)
         t0 = time.perf_counter()
-        backlog = []
+        backlog, in_flight = [], []
         while (elapsed := time.perf_counter() - t0) < window:
-            time.sleep(min(1.0, window - elapsed))
-            backlog.append(db.counts(queue).get("ENQUEUED", 0))
+            time.sleep(min(0.5, window - elapsed))
+            sample = db.counts(queue)
+            backlog.append(sample.get("ENQUEUED", 0))
+            in_flight.append(sample.get("PENDING", 0))
         last = db.counts(queue)
         seconds = time.perf_counter() - t0
         busy = machine_busy_seconds() - busy_before
@@ -287,7 +294,9 @@ def measure(
         "bound": "worker" if worker_bound <= machine_bound else "machine",
         "fraction": throughput / ceiling,
         "others": max(0.0, busy - sum(cpu.values()) - own) / seconds,
+        "idle": max(0.0, cores - busy / seconds),
         "min_backlog": min(backlog) if backlog else 0,
+        "slots": median(in_flight) / (workers * concurrency) if in_flight else 0.0,
     }
 
 
@@ -297,6 +306,9 @@ def main() -> None:
     parser.add_argument("--window", type=float, help="seconds measured (default 15)")
     parser.add_argument("--warmup", type=float, help="seconds before the window (default 4)")
     parser.add_argument("--repeats", type=int, help="measurements of each kind (default 3)")
+    parser.add_argument(
+        "--concurrency", type=int, default=10, help="runs per worker at once (default 10)"
+    )
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
     parser.add_argument("--role", choices=["model", "client", "worker"], help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
@@ -312,7 +324,7 @@ def main() -> None:
         fill_queue(args.db, args.queue, args.low, args.high)
         return
     if args.role == "worker":
-        serve_worker(args.db, args.queue, args.polling_only)
+        serve_worker(args.db, args.queue, args.concurrency, args.polling_only)
         return
 
     window = args.window or (4.0 if args.quick else 15.0)
@@ -330,17 +342,17 @@ def main() -> None:
                 for label, url in dbs:
                     for workers in (1, 2):
                         for mode in MODES if repeat % 2 == 0 else reversed(MODES):
-                            queue = f"bench-{repeat}-{workers}-{mode}"
+                            queue = f"bench-{label}-{repeat}-{workers}-{mode}"
                             r = measure(
                                 handles[label], url, model, workers, mode, queue, Path(tmp),
-                                warmup, window,
+                                warmup, window, args.concurrency,
                             )  # fmt: skip
                             results.setdefault((label, workers, mode), []).append(r)
                             print(
                                 f"  {label} {workers} worker(s) {mode}: "
                                 f"{r['throughput']:.1f} runs/s, {100 * r['fraction']:.0f}% of "
                                 f"{r['ceiling']:.1f} ({r['bound']}-bound), min backlog "
-                                f"{r['min_backlog']}",
+                                f"{r['min_backlog']}, slots busy {100 * r['slots']:.0f}%",
                                 flush=True,
                             )
         finally:
@@ -363,7 +375,9 @@ def main() -> None:
                 f"{1000 * median([r['total'] for r in rs]):.1f}",
                 f"{median([r['ceiling'] for r in rs]):.1f} ({rs[0]['bound']})",
                 f"{100 * median([r['fraction'] for r in rs]):.0f}%",
+                f"{100 * median([r['slots'] for r in rs]):.0f}%",
                 median([r["others"] for r in rs]),
+                median([r["idle"] for r in rs]),
             ]
         )
     rows.sort(key=lambda row: (row[0], row[1], row[2]))
@@ -372,7 +386,7 @@ def main() -> None:
         f"{repeats}; {len(os.sched_getaffinity(0))} cores; poll = DBOS polling alone, wake = "
         "freed slots take the next run at once)",
         ["db", "workers", "dequeue", "runs/s", "worker", "database", "model", "client",
-         "total", "ceiling runs/s", "achieved", "others (cores)"],
+         "total", "ceiling runs/s", "achieved", "slots busy", "others", "idle"],
         rows,
     )  # fmt: skip
     for label, _ in dbs:
