@@ -14,9 +14,10 @@ dequeue mode, on a queue of its own:
   processes; for SQLite the database work is inside the workers), the model server and the
   client; also the CPU the rest of the machine used meanwhile ("others", in cores: the machine
   is shared, and that load takes cores from the ceiling);
-* how full the workers' slots were (runs in flight / (workers x concurrency), median of
-  samples every 0.5 s), and the cores the machine left idle ("idle": CPU nobody used, so a
-  shortfall with idle cores is the workers' own, one without is contention);
+* how full the workers' slots were (runs in flight / (workers x concurrency), mean of samples
+  at random 0.2-0.6 s intervals, out of step with the polls), and the cores the machine left
+  idle ("idle": CPU nobody used, so a shortfall with idle cores is the workers' own, one
+  without is contention);
 * the CPU-bound ceiling: `min(workers / worker CPU per run, cores / total CPU per run)` (a
   worker is one Python process: at most one core of work, less where the GIL is contended);
   and the fraction of it achieved.
@@ -34,6 +35,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -253,7 +256,7 @@ def measure(
         t0 = time.perf_counter()
         backlog, in_flight = [], []
         while (elapsed := time.perf_counter() - t0) < window:
-            time.sleep(min(0.5, window - elapsed))
+            time.sleep(min(random.uniform(0.2, 0.6), window - elapsed))  # not in step with polls
             sample = db.counts(queue)
             backlog.append(sample.get("ENQUEUED", 0))
             in_flight.append(sample.get("PENDING", 0))
@@ -296,7 +299,7 @@ def measure(
         "others": max(0.0, busy - sum(cpu.values()) - own) / seconds,
         "idle": max(0.0, cores - busy / seconds),
         "min_backlog": min(backlog) if backlog else 0,
-        "slots": median(in_flight) / (workers * concurrency) if in_flight else 0.0,
+        "slots": statistics.fmean(in_flight) / (workers * concurrency) if in_flight else 0.0,
     }
 
 
