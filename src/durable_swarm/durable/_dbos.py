@@ -234,8 +234,14 @@ def hand_back(run_id: str) -> bool:
     caller then stops its execution without recording anything). False if it is not ours."""
     from dbos._utils import INTERNAL_QUEUE_NAME
 
-    sys_db = _instance()._sys_db
-    return bool(sys_db.reenqueue_for_recovery(run_id, [executor_id()], INTERNAL_QUEUE_NAME))
+    dbos = _instance()
+    wakeups: Wakeups | None = getattr(dbos, "_durable_swarm_wakeups", None)
+    if wakeups is not None and run_id in running_runs():
+        wakeups.hold(run_id)  # its slot freeing must not make this process take it back
+    handed = bool(dbos._sys_db.reenqueue_for_recovery(run_id, [executor_id()], INTERNAL_QUEUE_NAME))
+    if not handed and wakeups is not None:
+        wakeups.release_hold(run_id)
+    return handed
 
 
 def running_runs() -> list[str]:

@@ -10,7 +10,9 @@ DBOS instance, before launch:
 * every queue thread sleeps on a `_Waker` standing in for DBOS's stop event: it returns at once
   when DBOS stops (as the event did) and also when woken;
 * a run of a queue leaving DBOS's set of active runs here (its slot is free, in DBOS's own count)
-  wakes that queue's thread, which then takes runs through DBOS's own dequeue, limits included.
+  wakes that queue's thread, which then takes runs through DBOS's own dequeue, limits included;
+  a run handed back to its queue for another process (`_dbos.hand_back`) wakes nothing, or this
+  process would take it right back.
 
 Nothing else changes: a wake-up is one more of DBOS's own polls, so its concurrency limits, its
 ownership tokens and the project's ownership gate (`_ownership.gate_queues`: no queue work while
@@ -98,6 +100,7 @@ class Wakeups:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._wakers: dict[str, _Waker] = {}
+        self._held: set[str] = set()
         self._open = False
 
     def add(self, queue: str, stop: threading.Event) -> _Waker:
@@ -118,6 +121,24 @@ class Wakeups:
         waker = self._wakers.get(queue)
         if waker is not None:
             waker.wake()
+
+    def hold(self, run_id: str) -> None:
+        """The next release of `run_id` here wakes no queue: the run is being handed back to its
+        queue for another process to take, and waking this one would take it right back."""
+        with self._lock:
+            self._held.add(run_id)
+
+    def release_hold(self, run_id: str) -> None:
+        """Undo `hold` (the hand-back did not happen)."""
+        with self._lock:
+            self._held.discard(run_id)
+
+    def _released(self, run_id: str, queue: str) -> None:
+        with self._lock:
+            if run_id in self._held:
+                self._held.discard(run_id)
+                return
+        self.wake(queue)
 
     def open(self) -> None:
         """Let every queue thread look at its queue now, and new ones as soon as they start
@@ -183,7 +204,7 @@ def install(dbos: Any) -> Wakeups | None:
         def _remove(self, key: str, bucket: Any) -> None:
             super()._remove(key, bucket)
             if bucket is not None:
-                wakeups.wake(bucket[0])
+                wakeups._released(key, bucket[0])
 
     replacement = ActiveRuns()
     with active._lock:
