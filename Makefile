@@ -67,6 +67,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/runcost.py
 	$(BIN)/python benchmarks/concurrency.py
 	$(BIN)/python benchmarks/recovery.py
+	$(BIN)/python benchmarks/workers.py
 	$(BIN)/python benchmarks/storage.py
 	$(BIN)/python benchmarks/waiting.py
 	$(BIN)/python benchmarks/mcp_tools.py
@@ -78,6 +79,7 @@ bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py --quick
 	$(BIN)/python benchmarks/runcost.py --quick
 	$(BIN)/python benchmarks/recovery.py --quick
+	$(BIN)/python benchmarks/workers.py --quick
 	$(BIN)/python benchmarks/storage.py --quick
 	$(BIN)/python benchmarks/waiting.py --quick --idle 5 --sample 5
 	$(BIN)/python benchmarks/mcp_tools.py --quick

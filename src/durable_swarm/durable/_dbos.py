@@ -18,6 +18,8 @@ from ._failures import quiet_tracebacks
 from ._log import REPLAY_VERSION, JsonSerializer
 from ._ownership import Ownership, gate_queues, new_executor_id, timing
 from ._waits import stop_watchers
+from ._wakeup import Wakeups
+from ._wakeup import install as install_wakeups
 
 __all__ = [
     "APPLICATION_VERSION",
@@ -163,6 +165,7 @@ def ensure_launched(
         quiet_tracebacks()
         beat, dead = timing(heartbeat_interval, dead_after)
         ownership: Ownership | None = None
+        wakeups: Wakeups | None = None
         early = True
         if _instance() is None:
             executor_id = executor_id or new_executor_id(kind)
@@ -189,7 +192,7 @@ def ensure_launched(
                 cause = describe_fault(e, database_url)
                 raise DatabaseUnavailableError(display_url(database_url), cause) from e
             config = _config(database_url, executor_id, poll_interval)
-            DBOS(config=config)  # type: ignore[arg-type]
+            wakeups = install_wakeups(DBOS(config=config))  # type: ignore[arg-type]
             _owned = True
         if queues is not None:
             DBOS.listen_queues(list(queues))
@@ -200,6 +203,8 @@ def ensure_launched(
                     ownership.register()
                 gate_queues(_instance(), ownership)
                 ownership.start(recover_runs_of, running_runs, hand_back)
+            if wakeups is not None:
+                wakeups.open()  # the gate is in place: queue threads may look at once
         except Exception as e:
             if _owned:
                 DBOS.destroy()
@@ -229,8 +234,14 @@ def hand_back(run_id: str) -> bool:
     caller then stops its execution without recording anything). False if it is not ours."""
     from dbos._utils import INTERNAL_QUEUE_NAME
 
-    sys_db = _instance()._sys_db
-    return bool(sys_db.reenqueue_for_recovery(run_id, [executor_id()], INTERNAL_QUEUE_NAME))
+    dbos = _instance()
+    wakeups: Wakeups | None = getattr(dbos, "_durable_swarm_wakeups", None)
+    if wakeups is not None and run_id in running_runs():
+        wakeups.hold(run_id)  # its slot freeing must not make this process take it back
+    handed = bool(dbos._sys_db.reenqueue_for_recovery(run_id, [executor_id()], INTERNAL_QUEUE_NAME))
+    if not handed and wakeups is not None:
+        wakeups.release_hold(run_id)
+    return handed
 
 
 def running_runs() -> list[str]:

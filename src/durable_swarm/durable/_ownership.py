@@ -690,7 +690,9 @@ class Ownership:
             )
 
     def halt(self) -> None:
-        """End the heartbeat thread (no more takeovers; the row stays as it is)."""
+        """End the heartbeat thread (no more takeovers; the row stays as it is) and take no
+        more queue work: a run claimed while DBOS shuts down would never start here."""
+        self._confirmed_until = 0.0
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
