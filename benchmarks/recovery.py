@@ -242,6 +242,7 @@ def main() -> None:
         help="openai transport (default httpx, openai's own)",
     )
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    parser.add_argument("--no-sqlite", action="store_true", help="PostgreSQL only")
     parser.add_argument("--child", choices=["start", "recover"], help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--base-url", help=argparse.SUPPRESS)
@@ -261,7 +262,8 @@ def main() -> None:
     for kind in ("bare", "durable"):  # each kind on fresh databases of its own
         with databases(postgres=not args.no_postgres) as dbs:
             for label, db in dbs:
-                results[label, kind] = recover_measured(label, db, n, kind, args)
+                if not (args.no_sqlite and label == "sqlite"):
+                    results[label, kind] = recover_measured(label, db, n, kind, args)
     rows = []
     for (label, kind), r in sorted(results.items()):
         bare = results[label, "bare"]
