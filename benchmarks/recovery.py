@@ -14,7 +14,8 @@ For each database (SQLite, PostgreSQL):
 The baseline, on fresh databases of its own: bare DBOS recovery, i.e. N bare DBOS workflows making
 the same steps and `openai` calls (`_common.bare_run`) in a process that launches DBOS itself (same
 configuration, a fixed executor id, no durable-swarm), recovered by DBOS's own launch in a new
-process with that executor id. The table prints durable / bare.
+process with that executor id. The table prints each against bare. `--per-run` adds durable runs
+put back on their queues by DBOS's own recovery, one transaction per run (before batching).
 
 Phases, from the recovering process: `re-enqueue` (until the last pending run is back on a queue:
 DBOS's launch recovery for bare runs, the takeover of the dead process for durable ones), the
@@ -150,6 +151,10 @@ def recover(args: argparse.Namespace) -> dict[str, Any]:
     BARE_CLIENT["client"] = client
     swarm = DurableSwarm(client=client, database_url=args.db)
     make_agent()  # recovery finds the agent by name in the registry, as an app would
+    if args.kind == "per-run":  # the library before batching: DBOS's recovery, a run at a time
+        import durable_swarm.durable._dbos as ours
+
+        ours.BATCHED_RECOVERY_DBOS = ()
     clock = PhaseClock()
     clock.install(args.kind)
     cpu = time.process_time()
@@ -243,6 +248,12 @@ def main() -> None:
     )
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
     parser.add_argument("--no-sqlite", action="store_true", help="PostgreSQL only")
+    parser.add_argument(
+        "--per-run",
+        action="store_true",
+        help="also durable runs put back on their queues by DBOS's own recovery, one "
+        "transaction per run (this library before it batched them)",
+    )
     parser.add_argument("--child", choices=["start", "recover"], help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--base-url", help=argparse.SUPPRESS)
@@ -259,13 +270,16 @@ def main() -> None:
         return
 
     results: dict[tuple[str, str], dict[str, Any]] = {}
-    for kind in ("bare", "durable"):  # each kind on fresh databases of its own
+    kinds = ("bare", "durable", "per-run") if args.per_run else ("bare", "durable")
+    for kind in kinds:  # each kind on fresh databases of its own
         with databases(postgres=not args.no_postgres) as dbs:
             for label, db in dbs:
                 if not (args.no_sqlite and label == "sqlite"):
                     results[label, kind] = recover_measured(label, db, n, kind, args)
     rows = []
-    for (label, kind), r in sorted(results.items()):
+    for (label, kind), r in sorted(
+        results.items(), key=lambda item: (item[0][0], kinds.index(item[0][1]))
+    ):
         bare = results[label, "bare"]
         rows.append(
             [
