@@ -5,13 +5,23 @@ For each database (SQLite, PostgreSQL):
      `FakeOpenAIServer` whose answers take an hour, so every run blocks in its first model call;
      once it counts N pending runs (DBOS `list_workflows`) and the server holds N requests in
      flight, it is killed with SIGKILL;
-  2. a new process with a fast server (no latency) launches DBOS, which recovers the pending runs
-     at launch; it measures the seconds from just before launch until none is pending, and
+  2. a new process with a fast server (no latency) launches: it finds the killed process dead
+     (its pid is gone) and puts its pending runs back on their queues, which DBOS's queue thread
+     dequeues; it measures the seconds from just before launch until none is unfinished, and
      checks that all N succeeded. Each recovered run makes 2 model calls (the interrupted one
      again, then the next), so the fast server must see 2N requests.
 
-The baseline, on fresh databases of its own: the same for N bare DBOS workflows making the same
-steps and `openai` calls (`_common.bare_run`); the table prints durable / bare.
+The baseline, on fresh databases of its own: bare DBOS recovery, i.e. N bare DBOS workflows making
+the same steps and `openai` calls (`_common.bare_run`) in a process that launches DBOS itself (same
+configuration, a fixed executor id, no durable-swarm), recovered by DBOS's own launch in a new
+process with that executor id. The table prints each against bare. `--per-run` adds durable runs
+put back on their queues by DBOS's own recovery, one transaction per run (before batching).
+
+Phases, from the recovering process: `re-enqueue` (until the last pending run is back on a queue:
+DBOS's launch recovery for bare runs, the takeover of the dead process for durable ones), the
+first / median / last dequeue (DBOS's `dequeued_at`) and completion (`completed_at`), each from
+just before launch; and the recovering process's CPU time per recovered run (user + system; the
+fake model server and the database run in other processes).
 
     .venv/bin/python benchmarks/recovery.py            # N = 1000
     .venv/bin/python benchmarks/recovery.py --quick    # N = 50
@@ -36,6 +46,7 @@ from _common import (
     emit,
     make_agent,
     make_async_client,
+    median,
     print_table,
     run_worker,
     start_bare_run,
@@ -47,16 +58,63 @@ from durable_swarm.testing import FakeOpenAIServer
 MESSAGES = [{"role": "user", "content": "Look one thing up, please."}]
 READY = "READY"
 UNFINISHED = ["PENDING", "ENQUEUED"]
+BARE_EXECUTOR = "bench-bare-executor"
 
 
-def count_runs(status: str | list[str], kind: str) -> int:
+def list_runs(status: str | list[str], kind: str) -> list[Any]:
     from dbos import DBOS
 
     from durable_swarm.durable._log import WORKFLOW_NAME
 
     name = "bench.bare_run" if kind == "bare" else WORKFLOW_NAME
-    runs = DBOS.list_workflows(status=status, name=name, load_input=False, load_output=False)
-    return len(runs)
+    return DBOS.list_workflows(status=status, name=name, load_input=False, load_output=False)
+
+
+def count_runs(status: str | list[str], kind: str) -> int:
+    return len(list_runs(status, kind))
+
+
+def launch_bare_dbos(db: str) -> None:
+    """DBOS as an app without durable-swarm would launch it: the library's DBOS configuration
+    (JSON serializer, executor threads, application version), a fixed executor id, no process
+    registry; a restart with the same executor id recovers its pending workflows at launch."""
+    from dbos import DBOS
+
+    from durable_swarm.durable._dbos import _config
+
+    DBOS(config=_config(db, BARE_EXECUTOR, 0.1))  # type: ignore[arg-type]
+    DBOS.launch()
+
+
+class PhaseClock:
+    """When the recovering process finished putting the pending runs back on a queue (benchmark
+    instrumentation: wraps the call that does it, DBOS's launch recovery for bare runs or the
+    library's takeover of a dead process for durable ones), and the CPU that took."""
+
+    def __init__(self) -> None:
+        self.done: float | None = None
+        self.cpu = 0.0
+
+    def wrap(self, fn: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            cpu = time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.cpu += time.thread_time() - cpu
+                self.done = time.time()
+
+        return timed
+
+    def install(self, kind: str) -> None:
+        if kind == "bare":
+            import dbos._dbos as dbos_module
+
+            dbos_module.startup_recovery_thread = self.wrap(dbos_module.startup_recovery_thread)
+        else:
+            import durable_swarm.durable._dbos as ours
+
+            ours.recover_runs_of = self.wrap(ours.recover_runs_of)
 
 
 # --- child processes -----------------------------------------------------------------------
@@ -68,8 +126,11 @@ async def start_and_block(args: argparse.Namespace) -> None:
 
     client = make_async_client(args.base_url, args.http, max_retries=0)
     BARE_CLIENT["client"] = client
-    swarm = DurableSwarm(client=client, database_url=args.db).launch()
-    agent = make_agent()
+    if args.kind == "bare":
+        await asyncio.to_thread(launch_bare_dbos, args.db)
+    else:
+        swarm = DurableSwarm(client=client, database_url=args.db).launch()
+        agent = make_agent()
     started = time.perf_counter()
     if args.kind == "bare":
         ids = [f"bare-{i}" for i in range(args.n)]
@@ -83,21 +144,46 @@ async def start_and_block(args: argparse.Namespace) -> None:
 
 
 def recover(args: argparse.Namespace) -> dict[str, Any]:
-    """Launch (DBOS recovers the pending runs) and wait until none is left unfinished."""
+    """Launch (the pending runs are recovered) and wait until none is left unfinished."""
     from durable_swarm import DurableSwarm
 
     client = make_async_client(args.base_url, args.http)
     BARE_CLIENT["client"] = client
     swarm = DurableSwarm(client=client, database_url=args.db)
     make_agent()  # recovery finds the agent by name in the registry, as an app would
-    started = time.perf_counter()
-    swarm.launch()
+    if args.kind == "per-run":  # the library before batching: DBOS's recovery, a run at a time
+        import durable_swarm.durable._dbos as ours
+
+        ours.BATCHED_RECOVERY_DBOS = ()
+    clock = PhaseClock()
+    clock.install(args.kind)
+    cpu = time.process_time()
+    epoch, started = time.time(), time.perf_counter()
+    if args.kind == "bare":
+        launch_bare_dbos(args.db)
+    else:
+        swarm.launch()
     launched = time.perf_counter() - started
     while count_runs(UNFINISHED, args.kind):
         time.sleep(0.2)  # a listing costs CPU in the measured process: not too often
     seconds = time.perf_counter() - started
-    succeeded = count_runs("SUCCESS", args.kind)
-    return {"seconds": seconds, "launch": launched, "succeeded": succeeded}
+    cpu = time.process_time() - cpu
+    runs = list_runs("SUCCESS", args.kind)
+
+    def spread(stamps: list[int | None]) -> list[float]:
+        values = sorted((stamp / 1000 - epoch) for stamp in stamps if stamp)
+        return [values[0], median(values), values[-1]] if values else [0.0, 0.0, 0.0]
+
+    return {
+        "seconds": seconds,
+        "launch": launched,
+        "succeeded": len(runs),
+        "reenqueued": (clock.done - epoch) if clock.done else 0.0,
+        "reenqueue_cpu": clock.cpu,
+        "dequeued": spread([run.dequeued_at for run in runs]),
+        "completed": spread([run.completed_at for run in runs]),
+        "cpu": cpu,
+    }
 
 
 # --- parent ---------------------------------------------------------------------------------
@@ -161,6 +247,13 @@ def main() -> None:
         help="openai transport (default httpx, openai's own)",
     )
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    parser.add_argument("--no-sqlite", action="store_true", help="PostgreSQL only")
+    parser.add_argument(
+        "--per-run",
+        action="store_true",
+        help="also durable runs put back on their queues by DBOS's own recovery, one "
+        "transaction per run (this library before it batched them)",
+    )
     parser.add_argument("--child", choices=["start", "recover"], help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--base-url", help=argparse.SUPPRESS)
@@ -177,45 +270,64 @@ def main() -> None:
         return
 
     results: dict[tuple[str, str], dict[str, Any]] = {}
-    for kind in ("bare", "durable"):  # each kind on fresh databases of its own
+    kinds = ("bare", "durable", "per-run") if args.per_run else ("bare", "durable")
+    for kind in kinds:  # each kind on fresh databases of its own
         with databases(postgres=not args.no_postgres) as dbs:
             for label, db in dbs:
-                results[label, kind] = recover_measured(label, db, n, kind, args)
+                if not (args.no_sqlite and label == "sqlite"):
+                    results[label, kind] = recover_measured(label, db, n, kind, args)
     rows = []
-    for (label, kind), r in results.items():
-        if kind == "durable":
-            bare = results[label, "bare"]
-            rows.append(
-                [
-                    label,
-                    n,
-                    f"{r['start']:.2f} / {bare['start']:.2f}",
-                    f"{r['launch']:.2f} / {bare['launch']:.2f}",
-                    f"{r['seconds']:.2f} / {bare['seconds']:.2f}",
-                    f"{r['seconds'] / bare['seconds']:.2f}x",
-                    f"{n / r['seconds']:.0f}",
-                    r["model_calls"],
-                ]
-            )
+    for (label, kind), r in sorted(
+        results.items(), key=lambda item: (item[0][0], kinds.index(item[0][1]))
+    ):
+        bare = results[label, "bare"]
+        rows.append(
+            [
+                label,
+                kind,
+                n,
+                f"{r['start']:.2f}",
+                f"{r['launch']:.2f}",
+                f"{r['reenqueued']:.2f}",
+                " / ".join(f"{t:.2f}" for t in r["dequeued"]),
+                " / ".join(f"{t:.2f}" for t in r["completed"]),
+                f"{r['seconds']:.2f}",
+                f"{r['seconds'] / bare['seconds']:.2f}x",
+                f"{1000 * r['cpu'] / n:.1f}",
+                f"{1000 * r['reenqueue_cpu'] / n:.2f}",
+                f"{r['cpu'] / bare['cpu']:.2f}x",
+                r["model_calls"],
+            ]
+        )
     print_table(
         f"Recovery of runs left pending by SIGKILL (openai on {args.http}; model without latency)."
-        " Baseline: bare DBOS workflows with the same steps and openai calls ('a / b': durable, "
-        "then bare)",
+        " Baseline: bare DBOS recovery (bare DBOS workflows with the same steps and openai calls,"
+        " recovered by DBOS's launch)",
         [
             "database",
+            "runs",
             "N",
             "start N s",
             "launch s",
+            "re-enqueued s",
+            "dequeued s (first / median / last)",
+            "completed s (first / median / last)",
             "recover all s",
-            "durable/bare",
-            "runs/s",
+            "vs bare",
+            "CPU ms/run",
+            "re-enqueue CPU ms/run",
+            "CPU vs bare",
             "model calls",
         ],
         rows,
     )
     print(
-        "\nstart N s: the killed process starting its N runs; launch s: DBOS.launch() in the new "
-        "process; recover all s: from just before launch until no run is pending (launch included)."
+        "\nstart N s: the killed process starting its N runs; launch s: the launch in the new "
+        "process; re-enqueued s: until the last pending run was back on a queue; dequeued / "
+        "completed: when DBOS's queue thread took the runs and when they finished; recover all s: "
+        "until no run is unfinished (all from just before launch). CPU: the recovering process's "
+        "(user + system) per recovered run; re-enqueue CPU: the part spent putting runs back on "
+        "a queue."
     )
 
 

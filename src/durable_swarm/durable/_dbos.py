@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import importlib.metadata
 import os
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 import dbos._dbos as dbos_internals
+import sqlalchemy as sa
 from dbos import DBOS
 
 from .._aio import in_event_loop
@@ -197,7 +200,11 @@ def ensure_launched(
         if queues is not None:
             DBOS.listen_queues(list(queues))
         try:
-            _launch_outside_event_loop()
+            if _owned:
+                with _batched_launch_recovery():
+                    _launch_outside_event_loop()
+            else:
+                _launch_outside_event_loop()
             if ownership is not None:
                 if not early:
                     ownership.register()
@@ -262,15 +269,132 @@ def ownership() -> Ownership | None:
     return _ownership
 
 
+# The DBOS releases whose system database `_reenqueue` was written and tested against
+# (its table, and the update DBOS's own recovery makes); any other release gets DBOS's own
+# recovery, one transaction per run.
+BATCHED_RECOVERY_DBOS = ("3.4.",)
+# Runs put back on their queues per transaction: a dequeue waits at most for one batch.
+RECOVERY_BATCH = 500
+
+
+def _dbos_version() -> str:
+    try:
+        return importlib.metadata.version("dbos")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def batched_recovery(sys_db: Any) -> bool:
+    """Whether this DBOS's recovery can be batched (`_reenqueue`): a tested DBOS
+    release, whose system database has what the batch uses, not sharded."""
+    names = ("tables", "engine", "app_name", "_now_ms_sql", "_name_filter")
+    return (
+        _dbos_version().startswith(BATCHED_RECOVERY_DBOS)
+        and getattr(sys_db, "sharded", True) is False
+        and all(hasattr(sys_db, name) for name in names)
+    )
+
+
 def recover_runs_of(executor_id: str) -> int:
     """Put the PENDING runs of the (dead) executor `executor_id` back on their queues; returns
     how many. Needs DBOS launched in this process."""
-    # DBOS (3.4) recovers only its own executor's runs at launch and has no public call for
-    # another executor's. This private one is what launch uses: it re-enqueues each PENDING run
-    # of the current application version on its own queue (DBOS's internal queue for runs started
-    # without one), only if the run still carries `executor_id`, so a run a live process has
-    # dequeued since is left alone and calling it twice is harmless.
+    sys_db = system_database()
+    if batched_recovery(sys_db):
+        return _reenqueue(sys_db, executor_id)
+    # DBOS recovers only its own executor's runs at launch and has no public call for another
+    # executor's. This private one is what launch uses: it re-enqueues each PENDING run of the
+    # current application version on its own queue (DBOS's internal queue for runs started
+    # without one), each in a transaction of its own, only if the run still carries
+    # `executor_id`, so a run a live process has dequeued since is left alone and calling it
+    # twice is harmless.
     return len(DBOS._recover_pending_workflows([executor_id]))
+
+
+def _reenqueue(sys_db: Any, executor_id: str, run_ids: Sequence[str] | None = None) -> int:
+    """DBOS's recovery of `executor_id`'s PENDING runs (all of them, or those of `run_ids`), in
+    batches of `RECOVERY_BATCH` runs per statement instead of one transaction per run; returns
+    how many went back on a queue.
+
+    Each batch makes the update DBOS's `reenqueue_for_recovery` makes to one run (PENDING ->
+    ENQUEUED on the run's queue, else DBOS's internal queue; the execution's ownership token
+    cleared). Without `run_ids` it takes the runs DBOS's `get_pending_workflows` selects (this
+    executor, this application version and name): only for a dead executor, which starts no run
+    meanwhile. The `executor_id` condition keeps it idempotent like DBOS's: a run that a live
+    process has dequeued since carries that process's id and is left alone.
+    """
+    from dbos._utils import INTERNAL_QUEUE_NAME, GlobalParams
+
+    runs = sys_db.tables.workflow_status
+    pending = sa.and_(runs.c.status == "PENDING", runs.c.executor_id == executor_id)
+
+    def reenqueue(which: Any) -> int:
+        statement = (
+            sa.update(runs)
+            .where(runs.c.workflow_uuid.in_(which), pending)
+            .values(
+                status="ENQUEUED",
+                owner_xid=None,
+                started_at_epoch_ms=None,
+                updated_at=sys_db._now_ms_sql(),
+                queue_name=sa.func.coalesce(runs.c.queue_name, INTERNAL_QUEUE_NAME),
+            )
+        )
+        with sys_db.engine.begin() as conn:
+            return int(conn.execute(statement).rowcount)
+
+    if run_ids is not None:
+        batches = [run_ids[i : i + RECOVERY_BATCH] for i in range(0, len(run_ids), RECOVERY_BATCH)]
+        return sum(reenqueue(list(batch)) for batch in batches)
+    of_this_app = sa.and_(
+        pending,
+        runs.c.application_version == GlobalParams.app_version,
+        sys_db._name_filter(runs.c.application_name, sys_db.app_name),
+    )
+    batch = sa.select(runs.c.workflow_uuid).where(of_this_app).limit(RECOVERY_BATCH)
+    total = 0
+    while count := reenqueue(batch):  # (a batch of fewer may only mean some were taken meanwhile)
+        total += count
+    return total
+
+
+def _recover_own_runs(dbos: Any, pending: list[Any]) -> None:
+    """DBOS's launch recovery of this executor's own pending runs (`startup_recovery_thread`,
+    given the runs DBOS listed at launch, before this process could start any), batched."""
+    from dbos._utils import GlobalParams
+
+    try:
+        _reenqueue(
+            dbos._sys_db, str(GlobalParams.executor_id), [run.workflow_id for run in pending]
+        )
+    except Exception as e:  # as DBOS's own: the runs stay PENDING, for the next launch
+        dbos.logger.error(f"Exception encountered when recovering {len(pending)} runs: {e!r}")
+
+
+@contextlib.contextmanager
+def _batched_launch_recovery() -> Iterator[None]:
+    """While DBOS launches here: its recovery of this executor's own runs goes in batches
+    (`_recover_own_runs`) if this DBOS release is one the batch was tested with.
+
+    DBOS (3.4) submits `startup_recovery_thread` (one transaction per run) to its executor at
+    launch and has no public switch for it; the function it submits is looked up in its module
+    at launch, so it is replaced for that moment only.
+    """
+    original = getattr(dbos_internals, "startup_recovery_thread", None)
+    if original is None or not _dbos_version().startswith(BATCHED_RECOVERY_DBOS):
+        yield
+        return
+
+    def recover(dbos: Any, pending: list[Any]) -> None:
+        if batched_recovery(dbos._sys_db) and all(hasattr(r, "workflow_id") for r in pending):
+            _recover_own_runs(dbos, pending)
+        else:
+            original(dbos, pending)
+
+    dbos_internals.startup_recovery_thread = recover  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        dbos_internals.startup_recovery_thread = original
 
 
 def _launch_outside_event_loop() -> None:
