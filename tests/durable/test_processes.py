@@ -3,10 +3,15 @@ stream read by another process while the run goes on."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
+from _support.wait import scaled
 from durable_swarm import Agent, Swarm
 from durable_swarm.testing import ScriptedClient, ToolCall, calls, text
 
@@ -119,3 +124,26 @@ def test_stream_is_read_by_another_process_while_the_run_goes_on(
     assert response.messages[-1]["content"] == "And so the story ends, happily."
     # and after the run, a new reader still gets every event from the start
     assert jsonable(list(swarm.handle(run_id).events())[:-1]) == other_process[:-1]
+
+
+def test_a_run_started_but_not_begun_in_a_busy_process_is_not_handed_back(
+    children_database_url: str, tmp_path: Path
+) -> None:
+    # The process's event loop is blocked for 4 x dead_after right after it starts a run: the
+    # run's row ages while its task has not begun, and the ownership thread, which gives back
+    # runs this process owns but does not run, must count it as this process's own work.
+    run_id = f"stalled-{uuid.uuid4().hex[:10]}"
+    tool_log = tmp_path / "tool.log"
+    script = Path(__file__).with_name("_stalled_start.py")
+    done = subprocess.run(
+        [sys.executable, str(script), children_database_url, run_id, str(tool_log)],
+        capture_output=True,
+        text=True,
+        timeout=scaled(120),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not [line for line in report["said"] if "stopped on a database error" in line], report
+    assert report["answer"] == "done" and report["status"] == "succeeded"
+    assert report["tool_runs"] == 1

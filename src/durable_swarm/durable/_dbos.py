@@ -7,6 +7,7 @@ import contextlib
 import importlib.metadata
 import os
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -26,10 +27,13 @@ from ._wakeup import install as install_wakeups
 
 __all__ = [
     "APPLICATION_VERSION",
+    "busy_runs",
     "ensure_launched",
     "executor_id",
     "hand_back",
     "launched_url",
+    "note_entered",
+    "note_taken",
     "ownership",
     "recover_runs_of",
     "run_status",
@@ -208,8 +212,8 @@ def ensure_launched(
             if ownership is not None:
                 if not early:
                     ownership.register()
-                gate_queues(_instance(), ownership)
-                ownership.start(recover_runs_of, running_runs, hand_back)
+                gate_queues(_instance(), ownership, note_taken)
+                ownership.start(recover_runs_of, busy_runs, hand_back)
             if wakeups is not None:
                 wakeups.open()  # the gate is in place: queue threads may look at once
         except Exception as e:
@@ -254,6 +258,46 @@ def hand_back(run_id: str) -> bool:
 def running_runs() -> list[str]:
     """The ids of the runs executing in this process now."""
     return list(_instance()._active_workflows_set.activeList())
+
+
+# Runs this process took from a queue or started, by id, with when (time.monotonic()), until
+# their workflow function begins here (`note_entered`). Between the two, DBOS's active set does
+# not list them yet: the queue thread starts the runs it took one after the other, and each
+# becomes a task of a busy event loop (10,000 recovered at once took minutes here).
+_taken: dict[str, float] = {}
+_taken_lock = threading.Lock()
+# How long a taken run that never begins here counts as busy (its start failed, e.g. on a
+# database error): the larger of this and 10 x `dead_after`.
+TAKEN_GRACE_SECONDS = 300.0
+
+
+def note_taken(run_ids: Sequence[str]) -> None:
+    """Record that this process took (or started) `run_ids`; see `busy_runs`."""
+    now = time.monotonic()
+    with _taken_lock:
+        for run_id in run_ids:
+            _taken[run_id] = now
+
+
+def note_entered(run_id: str) -> None:
+    """Record that `run_id`'s workflow function began in this process (DBOS now lists it)."""
+    with _taken_lock:
+        _taken.pop(run_id, None)
+
+
+def busy_runs() -> list[str]:
+    """`running_runs()`, plus the runs this process took or started that have not begun yet:
+    what the ownership thread must never hand back as stalled (a second execution of a run
+    beside the first, in one process, would run its next step twice). A taken run counts for at
+    most `TAKEN_GRACE_SECONDS` (or 10 x `dead_after`): one whose start failed is then stalled."""
+    own = _ownership
+    grace = max(TAKEN_GRACE_SECONDS, 10 * own.dead_after if own is not None else 0.0)
+    now = time.monotonic()
+    with _taken_lock:
+        for run_id in [r for r, since in _taken.items() if now - since > grace]:
+            del _taken[run_id]
+        starting = list(_taken)
+    return running_runs() + starting
 
 
 def run_status(run_id: str) -> str | None:

@@ -40,7 +40,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -672,10 +672,10 @@ class Ownership:
         take them up while this process lives."""
         if not self.confirmed():
             return
-        # A run taken from a queue (or started) a moment ago may wait a while for its task to
-        # start when the process is busy (hundreds of runs recovered at once): not running yet
-        # is not stalled, so only a run whose row is `dead_after` old counts (a second execution
-        # of it beside the first, in this process, would run its next step twice).
+        # A run taken from a queue (or started) a moment ago may wait a long while for its task
+        # to start when the process is busy (thousands of runs recovered at once): `running`
+        # counts such runs too, and only a run whose row is `dead_after` old counts here (a
+        # second execution beside the first, in this process, would run its next step twice).
         owned = set(
             self.registry.pending_of(self.executor_id, self._version, untouched_for=self.dead_after)
         )
@@ -711,8 +711,11 @@ class Ownership:
             self.registry.close()
 
 
-def gate_queues(dbos: Any, ownership: Ownership) -> None:
-    """Make DBOS's queue thread take no run while `ownership` is not confirmed.
+def gate_queues(
+    dbos: Any, ownership: Ownership, taken: Callable[[Sequence[str]], None] = lambda ids: None
+) -> None:
+    """Make DBOS's queue thread take no run while `ownership` is not confirmed, and tell `taken`
+    the ids of the runs it does take (before it starts them).
 
     DBOS (3.4) has no public switch for this; its queue thread claims runs through these two
     system-database calls, wrapped here on this process's instance only.
@@ -723,12 +726,16 @@ def gate_queues(dbos: Any, ownership: Ownership) -> None:
     def start_queued(*args: Any, **kwargs: Any) -> Any:
         if not ownership.confirmed():
             return [], None
-        return plain(*args, **kwargs)
+        run_ids, reason = plain(*args, **kwargs)
+        taken(run_ids)
+        return run_ids, reason
 
     def start_partitioned(*args: Any, **kwargs: Any) -> Any:
         if not ownership.confirmed():
             return []
-        return partitioned(*args, **kwargs)
+        run_ids = partitioned(*args, **kwargs)
+        taken(run_ids)
+        return run_ids
 
     sys_db.start_queued_workflows = start_queued
     sys_db.start_queued_partitioned_workflows = start_partitioned

@@ -75,6 +75,7 @@ def _begin_trace(run_id: str, agent: Agent, spec: dict[str, Any]) -> None:
 
 async def _start(run_id: str, spec: dict[str, Any]) -> Any:
     """Start the run's workflow on the running event loop: it is a task there, not a thread."""
+    _dbos.note_taken([run_id])
     with SetWorkflowID(run_id):
         return await DBOS.start_workflow_async(run_workflow, spec)
 

@@ -656,6 +656,7 @@ class DurableRuntime:
                 if self.budget is not None
                 else None,
             }
+            _dbos.note_taken([child_id])
             with SetWorkflowID(child_id):
                 self._children[id(call)] = await DBOS.start_workflow_async(run_workflow, spec)
 
@@ -731,6 +732,7 @@ async def run_workflow(spec: dict[str, Any]) -> dict[str, Any]:
     """One durable conversation: Swarm's `run` with every effect checkpointed."""
     run_id = DBOS.workflow_id
     assert run_id is not None
+    _dbos.note_entered(run_id)  # DBOS lists it as running now (see `_dbos.busy_runs`)
     run_log.info("run %s: agent %s, running here", run_id, spec["agent"].get("name"))
     output = await _checked(run_id, spec)
     run_log.info("run %s succeeded", run_id)
