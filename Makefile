@@ -65,6 +65,7 @@ fuse:
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/runcost.py
+	$(BIN)/python benchmarks/owncost.py
 	$(BIN)/python benchmarks/concurrency.py
 	$(BIN)/python benchmarks/recovery.py
 	$(BIN)/python benchmarks/workers.py
@@ -78,6 +79,7 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py --quick
 	$(BIN)/python benchmarks/runcost.py --quick
+	$(BIN)/python benchmarks/owncost.py --quick
 	$(BIN)/python benchmarks/recovery.py --quick
 	$(BIN)/python benchmarks/workers.py --quick
 	$(BIN)/python benchmarks/storage.py --quick

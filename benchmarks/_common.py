@@ -116,7 +116,9 @@ def lookup_sync(i: int) -> str:
     return f"result {i}: " + "x" * 40
 
 
-# The `openai` client the bare runs use (set by the process before it starts or recovers them).
+# The `openai` client the bare runs use, and optionally the agent name they put in each assistant
+# message as Swarm's `sender` (default "bench", `make_agent()`'s name); set by the process before it
+# starts or recovers them.
 BARE_CLIENT: dict[str, Any] = {}
 
 
@@ -124,17 +126,32 @@ BARE_CLIENT: dict[str, Any] = {}
 async def bare_run(messages: list[dict[str, Any]], tool: str) -> dict[str, Any]:
     """The baseline of a whole run: model, tool, model as bare DBOS steps making the same
     `openai` calls as the durable run (`tool`: "lookup", an async step, or "lookup_sync", a
-    sync one), with the same tool offered."""
+    sync one): the same request bodies, byte for byte (Swarm's request: the tool's description,
+    `tool_choice`, `parallel_tool_calls`, `stream`, and the `sender`/`tool_name` keys Swarm
+    leaves in the history), so the `openai` client does the same work for both."""
     client = BARE_CLIENT["client"]
     history = [{"role": "system", "content": "Answer."}, *messages]
+    function = lookup_sync if tool == "lookup_sync" else lookup
     schema = {"type": "object", "properties": {"i": {"type": "integer"}}, "required": ["i"]}
-    tools = [{"type": "function", "function": {"name": tool, "parameters": schema}}]
+    description = function.__doc__
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": tool, "description": description, "parameters": schema},
+        }
+    ]
 
     async def model_step() -> dict[str, Any]:
         completion = await client.chat.completions.create(
-            model="bench-model", messages=history, tools=tools
+            model="bench-model",
+            stream=False,
+            messages=history,
+            parallel_tool_calls=True,
+            tool_choice=None,
+            tools=tools,
         )
         message: dict[str, Any] = json.loads(completion.choices[0].message.model_dump_json())
+        message["sender"] = BARE_CLIENT.get("sender", "bench")
         return message
 
     first = await DBOS.run_step_async({"name": "model"}, model_step)
@@ -143,7 +160,7 @@ async def bare_run(messages: list[dict[str, Any]], tool: str) -> dict[str, Any]:
     arguments = json.loads(call["function"]["arguments"])
 
     def tool_message(result: str) -> dict[str, Any]:
-        return {"role": "tool", "tool_call_id": call["id"], "content": result}
+        return {"role": "tool", "tool_call_id": call["id"], "tool_name": tool, "content": result}
 
     async def async_tool_step() -> dict[str, Any]:
         return tool_message(await lookup(**arguments))

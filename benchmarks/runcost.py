@@ -70,6 +70,7 @@ async def worker_main(args: argparse.Namespace) -> dict[str, Any]:
 
     client = make_async_client(args.base_url)
     BARE_CLIENT["client"] = client
+    BARE_CLIENT["sender"] = AGENT.name
     swarm = DurableSwarm(client=client, database_url=args.db).launch()
 
     async def durable_batch() -> None:

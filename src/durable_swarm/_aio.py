@@ -8,6 +8,8 @@ import contextvars
 import functools
 import inspect
 import threading
+import types
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -47,11 +49,23 @@ async def in_thread(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     return await run_in(blocking_executor(), func, *args, **kwargs)
 
 
+# Functions (a bound method's, for a model client's `create`) -> whether they are `async def`:
+# asked at every model call, and unwrapping decorators is not free.
+_ASYNC_FUNCTIONS: weakref.WeakKeyDictionary[Callable[..., Any], bool] = weakref.WeakKeyDictionary()
+
+
 def is_async_callable(func: Any) -> bool:
     """Whether `func` is an `async def` function, also behind decorators that keep
     `__wrapped__` (`functools.wraps`, as on `openai.AsyncOpenAI`'s `create`) or a
-    `functools.partial` (`inspect.iscoroutinefunction` alone misses the decorated ones)."""
-    return inspect.iscoroutinefunction(inspect.unwrap(func))
+    `functools.partial` (`inspect.iscoroutinefunction` alone misses the decorated ones).
+    The answer for a function (or a bound method's function) is remembered."""
+    function = getattr(func, "__func__", func)
+    if type(function) is not types.FunctionType:
+        return inspect.iscoroutinefunction(inspect.unwrap(func))
+    known = _ASYNC_FUNCTIONS.get(function)
+    if known is None:
+        known = _ASYNC_FUNCTIONS[function] = inspect.iscoroutinefunction(inspect.unwrap(function))
+    return known
 
 
 def run_coroutine(awaitable: Awaitable[T]) -> T:

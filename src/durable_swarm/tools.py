@@ -338,6 +338,15 @@ def parse_arguments(func: Callable[..., Any], raw: str) -> dict[str, Any]:
 
 
 def _parameters(func: Callable[..., Any]) -> Any:
+    """`func`'s parameters (read at every call of a tool: cached per function)."""
+    try:
+        return _signature_parameters(func)
+    except TypeError:  # an unhashable callable: no cache
+        return _signature_parameters.__wrapped__(func)
+
+
+@functools.lru_cache(maxsize=1024)
+def _signature_parameters(func: Callable[..., Any]) -> Any:
     try:
         return inspect.signature(func).parameters
     except (TypeError, ValueError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import BudgetExceededError, DurableSwarmError
@@ -90,7 +90,14 @@ class Usage:
 
     def to_json(self) -> dict[str, Any]:
         """As stored in a run's log."""
-        return asdict(self)
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "total_tokens": self.total_tokens,
+            "cached_tokens": self.cached_tokens,
+            "model_calls": self.model_calls,
+            "cost_usd": self.cost_usd,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Usage:

@@ -45,6 +45,32 @@ def test_payloads_carry_the_schema_version_this_library_writes() -> None:
     assert SCHEMA_VERSION == 2
 
 
+def test_payload_keys_and_values_of_every_kind_are_stored_as_before() -> None:
+    # the serializer's fast path (exact str/int/float/bool/None, dict, list) and its general one
+    # (subclasses, tuples, other keys, marker-like keys) store the same text as they always did
+    class Text(str):
+        pass
+
+    value = {
+        "plain": ["s", 1, 2.5, True, None, [], {}],
+        "__error__": 1,
+        "x__error__": {"____error__": "four"},
+        "kinds": {5: "int", 1.5: "float", True: "bool", None: "none", Text("t"): Text("v")},
+        "tuple": (1, ("a", None)),
+    }
+    stored = json.loads(JsonSerializer().serialize(value))["value"]
+    assert stored == {
+        "plain": ["s", 1, 2.5, True, None, [], {}],
+        "___error__": 1,
+        "x__error__": {"_____error__": "four"},
+        "kinds": {"5": "int", "1.5": "float", "True": "bool", "None": "none", "t": "v"},
+        "tuple": [1, ["a", None]],
+    }
+    assert JsonSerializer().deserialize(JsonSerializer().serialize(value))["x__error__"] == {
+        "____error__": "four"
+    }
+
+
 def test_a_payload_of_a_newer_schema_is_refused_with_what_to_do() -> None:
     newer = json.dumps({"schema_version": SCHEMA_VERSION + 1, "value": {}})
     with pytest.raises(ValueError, match=r"written by a newer durable-swarm .* upgrade"):

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from typing import Any
 
@@ -65,6 +66,12 @@ def test_usage_adds_up_and_an_unknown_cost_stays_unknown() -> None:
     assert total.cached_tokens == 100
     assert (total + Usage.of_call(USAGES[2], None)).cost_usd is None
     assert Usage.from_json(total.to_json()) == total
+
+
+def test_usage_as_stored_names_every_field() -> None:
+    usage = Usage(1, 2, 3, 4, 5, 0.5)
+    assert usage.to_json() == dataclasses.asdict(usage)
+    assert Usage.from_json(usage.to_json()) == usage
 
 
 def test_tally_keeps_each_agent_and_merges_sub_runs() -> None:

@@ -279,7 +279,24 @@ def _unescape(key: str) -> str:
     return key[1:] if key != _ERROR and _LOOKS_LIKE_MARKER.fullmatch(key) else key
 
 
+# Values stored as they are. Checked by exact type first: every stored payload passes through
+# `_encode`, and most of its keys and values are plain strings, numbers and None.
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
 def _encode(value: Any) -> Any:
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is dict:  # the usual key (a str that cannot be a marker) without a regex
+        return {
+            (k if type(k) is str and not k.endswith(_ERROR) else _escape(k)): (
+                v if type(v) in _PLAIN else _encode(v)
+            )
+            for k, v in value.items()
+        }
+    if kind is list:
+        return [v if type(v) in _PLAIN else _encode(v) for v in value]
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, dict):
