@@ -8,6 +8,7 @@ import uuid
 import openai
 import pytest
 
+from _support.wait import scaled
 from durable_swarm import Agent, DurableSwarmError, ModelCallError, Swarm
 from durable_swarm.testing import Fault, ScriptedClient, ToolCall, calls, text
 
@@ -246,3 +247,29 @@ def test_tool_raising_keyboard_interrupt_fails_the_run_and_spares_the_process(
     assert result["status"] == "failed"
     assert "KeyboardInterrupt" in (result["error"] or "")
     assert result["next"] == "ok"
+
+
+def test_resume_of_a_run_in_flight_starts_no_second_execution(durable_swarm_factory, run_id):
+    # DBOS's own resume puts a pending run back on a queue even while it executes: the queue
+    # would start it again beside the first execution, and the tool in flight would run twice.
+    entered, release = threading.Event(), threading.Event()
+    runs: list[str] = []
+
+    def slow_note(text: str) -> str:
+        """Note something, slowly."""
+        runs.append(text)
+        entered.set()
+        release.wait(scaled(60))
+        return "noted"
+
+    agent = Agent(name="Noter", functions=[slow_note])
+    client = ScriptedClient([calls(ToolCall("slow_note", {"text": "x"})), text("done")])
+    swarm = durable_swarm_factory(client)
+    handle = swarm.start(agent, [{"role": "user", "content": "note x"}], run_id=run_id)
+    assert entered.wait(scaled(60))
+    assert swarm.resume(run_id).run_id == run_id  # pending: nothing to resume
+    assert swarm.get_run(run_id).status == "pending"
+    release.set()
+    assert handle.result().messages[-1]["content"] == "done"
+    assert runs == ["x"]
+    assert len(client.requests) == 2

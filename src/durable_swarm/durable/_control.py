@@ -213,7 +213,11 @@ class RunControl:
     def resume(self, run_id: str, budget: Budget | None = None) -> str:
         """Continue a cancelled run, or a failed one from the step that failed. With `budget`,
         the run goes on under that budget from its next check (a run stopped by its budget
-        checks again at once: it is rewound to where it looked for a raised budget)."""
+        checks again at once: it is rewound to where it looked for a raised budget).
+
+        A run that has not ended (pending, waiting) is not started again: its process runs it,
+        or a live process takes it over once that process is known dead (a second execution
+        beside the first would repeat the step in flight). Only the raised budget is sent."""
         info = self.get_run(run_id)
         if info.status == "succeeded":
             raise DurableSwarmError(
@@ -222,6 +226,10 @@ class RunControl:
             )
         raised = check_budget(budget)
         note = {"budget": raised.to_json(), "at": _now()} if raised is not None else None
+        if info.status not in ("failed", "cancelled"):
+            if note is not None:
+                self.source.send(run_id, note, BUDGET_TOPIC)
+            return run_id
         if info.status == "failed":
             failed = [s for s in info.steps if s.error is not None]
             start = failed[0].step if failed else None
