@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from types import SimpleNamespace
 
 from durable_swarm.durable import DurableClient
+from durable_swarm.durable._wakeup import install
 
 from .conftest import TIMEOUT, WorkerProcess, wait_for
 
@@ -64,3 +66,25 @@ def test_a_freed_slot_takes_the_next_queued_run_without_waiting_for_a_poll(
         assert [s.kind for s in run.steps].count("model") == 2, run.steps
         spans.append((min(starts), max(ends)))
     assert most_at_once(spans) <= CONCURRENCY
+
+
+def test_a_hold_is_used_up_by_the_next_release_of_its_run_even_without_a_queue() -> None:
+    # A run started without a queue (DurableSwarm.run, a sub-agent) and handed back is held;
+    # its release wakes nothing and uses the hold up, so a later release of the same run (taken
+    # again from DBOS's queue, finishing here) wakes its queue as any other.
+    from dbos._core import ActiveWorkflowById
+
+    instance = SimpleNamespace(_active_workflows_set=ActiveWorkflowById())
+    wakeups = install(instance)
+    assert wakeups is not None
+    woken: list[str] = []
+    wakeups.wake = woken.append  # type: ignore[method-assign]
+    active = instance._active_workflows_set
+    wakeups.hold("r1")
+    active.add("r1").release()  # started without a queue, handed back
+    active.add("r1", "_dbos_internal_queue").release()  # taken again from the queue, done
+    assert woken == ["_dbos_internal_queue"]
+    wakeups.hold("r2")
+    wakeups.release_hold("r2")  # the hand-back did not happen
+    active.add("r2", "q").release()
+    assert woken == ["_dbos_internal_queue", "q"]

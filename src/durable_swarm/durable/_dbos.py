@@ -249,9 +249,14 @@ def hand_back(run_id: str) -> bool:
     wakeups: Wakeups | None = getattr(dbos, "_durable_swarm_wakeups", None)
     if wakeups is not None and run_id in running_runs():
         wakeups.hold(run_id)  # its slot freeing must not make this process take it back
-    handed = bool(dbos._sys_db.reenqueue_for_recovery(run_id, [executor_id()], INTERNAL_QUEUE_NAME))
-    if not handed and wakeups is not None:
-        wakeups.release_hold(run_id)
+    handed = False
+    try:
+        handed = bool(
+            dbos._sys_db.reenqueue_for_recovery(run_id, [executor_id()], INTERNAL_QUEUE_NAME)
+        )
+    finally:
+        if not handed and wakeups is not None:
+            wakeups.release_hold(run_id)
     return handed
 
 
@@ -266,8 +271,10 @@ def running_runs() -> list[str]:
 # becomes a task of a busy event loop (10,000 recovered at once took minutes here).
 _taken: dict[str, float] = {}
 _taken_lock = threading.Lock()
-# How long a taken run that never begins here counts as busy (its start failed, e.g. on a
-# database error): the larger of this and 10 x `dead_after`.
+_last_entered = 0.0  # when a run last began here (time.monotonic())
+# A taken run that never begins here (its start failed, e.g. on a database error) stops
+# counting as busy once it was taken this long ago (or 10 x `dead_after`, if larger) and no run
+# has begun here for `dead_after`: a process still starting runs it took keeps them all.
 TAKEN_GRACE_SECONDS = 300.0
 
 
@@ -281,21 +288,25 @@ def note_taken(run_ids: Sequence[str]) -> None:
 
 def note_entered(run_id: str) -> None:
     """Record that `run_id`'s workflow function began in this process (DBOS now lists it)."""
+    global _last_entered
     with _taken_lock:
         _taken.pop(run_id, None)
+        _last_entered = time.monotonic()
 
 
 def busy_runs() -> list[str]:
     """`running_runs()`, plus the runs this process took or started that have not begun yet:
     what the ownership thread must never hand back as stalled (a second execution of a run
-    beside the first, in one process, would run its next step twice). A taken run counts for at
-    most `TAKEN_GRACE_SECONDS` (or 10 x `dead_after`): one whose start failed is then stalled."""
+    beside the first, in one process, would run its next step twice). See
+    `TAKEN_GRACE_SECONDS` for when a taken run that never began stops counting."""
     own = _ownership
-    grace = max(TAKEN_GRACE_SECONDS, 10 * own.dead_after if own is not None else 0.0)
+    dead_after = own.dead_after if own is not None else 0.0
+    grace = max(TAKEN_GRACE_SECONDS, 10 * dead_after)
     now = time.monotonic()
     with _taken_lock:
-        for run_id in [r for r, since in _taken.items() if now - since > grace]:
-            del _taken[run_id]
+        if now - _last_entered > dead_after:
+            for run_id in [r for r, since in _taken.items() if now - since > grace]:
+                del _taken[run_id]
         starting = list(_taken)
     return running_runs() + starting
 
@@ -394,7 +405,13 @@ def _reenqueue(sys_db: Any, executor_id: str, run_ids: Sequence[str] | None = No
         runs.c.application_version == GlobalParams.app_version,
         sys_db._name_filter(runs.c.application_name, sys_db.app_name),
     )
-    batch = sa.select(runs.c.workflow_uuid).where(of_this_app).limit(RECOVERY_BATCH)
+    # in id order, so two processes sweeping the same dead executor lock its rows alike
+    batch = (
+        sa.select(runs.c.workflow_uuid)
+        .where(of_this_app)
+        .order_by(runs.c.workflow_uuid)
+        .limit(RECOVERY_BATCH)
+    )
     total = 0
     while count := reenqueue(batch):  # (a batch of fewer may only mean some were taken meanwhile)
         total += count
@@ -410,7 +427,7 @@ def _recover_own_runs(dbos: Any, pending: list[Any]) -> None:
         _reenqueue(
             dbos._sys_db, str(GlobalParams.executor_id), [run.workflow_id for run in pending]
         )
-    except Exception as e:  # as DBOS's own: the runs stay PENDING, for the next launch
+    except Exception as e:  # the runs stay PENDING here: the ownership thread hands them back
         dbos.logger.error(f"Exception encountered when recovering {len(pending)} runs: {e!r}")
 
 
@@ -492,3 +509,5 @@ def shutdown() -> None:
             ownership.stop()
         _owned = False
         _launched_url = None
+        with _taken_lock:
+            _taken.clear()

@@ -133,12 +133,15 @@ class Wakeups:
         with self._lock:
             self._held.discard(run_id)
 
-    def _released(self, run_id: str, queue: str) -> None:
+    def _released(self, run_id: str, queue: str | None) -> None:
+        """`run_id` left DBOS's active set here: wake its queue's thread (if it has a queue),
+        unless the run is held; a hold is used up either way."""
         with self._lock:
             if run_id in self._held:
                 self._held.discard(run_id)
                 return
-        self.wake(queue)
+        if queue is not None:
+            self.wake(queue)
 
     def open(self) -> None:
         """Let every queue thread look at its queue now, and new ones as soon as they start
@@ -203,8 +206,7 @@ def install(dbos: Any) -> Wakeups | None:
 
         def _remove(self, key: str, bucket: Any) -> None:
             super()._remove(key, bucket)
-            if bucket is not None:
-                wakeups._released(key, bucket[0])
+            wakeups._released(key, bucket[0] if bucket is not None else None)
 
     replacement = ActiveRuns()
     with active._lock:
