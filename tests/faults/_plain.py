@@ -9,6 +9,7 @@ until SIGTERM. `config` also gives `database_url`, `heartbeat_interval`, `dead_a
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -37,7 +38,9 @@ def main(config: dict) -> None:
     def finish(tag: str) -> None:
         handle = swarm.start(agent, [{"role": "user", "content": f"step {tag}"}], run_id=tag)
         response = handle.result()
-        (WORK_DIR / f"result-{tag}.json").write_text(json.dumps(response.messages))
+        partial = WORK_DIR / f"result-{tag}.json.partial"  # the test must never read half
+        partial.write_text(json.dumps(response.messages))
+        os.replace(partial, WORK_DIR / f"result-{tag}.json")
 
     for tag in config.get("tags", []):
         threading.Thread(target=finish, args=(tag,), daemon=True).start()
