@@ -212,7 +212,7 @@ def ensure_launched(
             if ownership is not None:
                 if not early:
                     ownership.register()
-                gate_queues(_instance(), ownership, note_taken)
+                gate_queues(_instance(), ownership, note_taken, hand_back)
                 ownership.start(recover_runs_of, busy_runs, hand_back)
             if wakeups is not None:
                 wakeups.open()  # the gate is in place: queue threads may look at once

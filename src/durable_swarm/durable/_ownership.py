@@ -712,10 +712,18 @@ class Ownership:
 
 
 def gate_queues(
-    dbos: Any, ownership: Ownership, taken: Callable[[Sequence[str]], None] = lambda ids: None
+    dbos: Any,
+    ownership: Ownership,
+    taken: Callable[[Sequence[str]], None] = lambda ids: None,
+    give_back: Callable[[str], bool] = bool,
 ) -> None:
     """Make DBOS's queue thread take no run while `ownership` is not confirmed, and tell `taken`
     the ids of the runs it does take (before it starts them).
+
+    The confirmation is checked again once the claim returns, under the same registration: a
+    process paused (or cut off) between the first check and its claim may have been taken for
+    dead meanwhile, and the runs it claimed go back to their queues through `give_back` instead
+    of starting here.
 
     DBOS (3.4) has no public switch for this; its queue thread claims runs through these two
     system-database calls, wrapped here on this process's instance only.
@@ -723,19 +731,28 @@ def gate_queues(
     sys_db = dbos._sys_db
     plain, partitioned = sys_db.start_queued_workflows, sys_db.start_queued_partitioned_workflows
 
+    def admitted(run_ids: list[str], incarnation: str) -> list[str]:
+        if run_ids and not (
+            ownership.confirmed() and ownership.registry.incarnation == incarnation
+        ):
+            for run_id in run_ids:
+                give_back(run_id)
+            return []
+        taken(run_ids)
+        return run_ids
+
     def start_queued(*args: Any, **kwargs: Any) -> Any:
         if not ownership.confirmed():
             return [], None
+        incarnation = ownership.registry.incarnation
         run_ids, reason = plain(*args, **kwargs)
-        taken(run_ids)
-        return run_ids, reason
+        return admitted(run_ids, incarnation), reason
 
     def start_partitioned(*args: Any, **kwargs: Any) -> Any:
         if not ownership.confirmed():
             return []
-        run_ids = partitioned(*args, **kwargs)
-        taken(run_ids)
-        return run_ids
+        incarnation = ownership.registry.incarnation
+        return admitted(partitioned(*args, **kwargs), incarnation)
 
     sys_db.start_queued_workflows = start_queued
     sys_db.start_queued_partitioned_workflows = start_partitioned
