@@ -103,40 +103,17 @@ def test_a_dead_workers_runs_go_back_in_batches_or_one_by_one(
     # gets). Either way: each run once, finished by B, nothing finished before done again.
     tags = [f"{'b' if 'batch' in recovery else 'o'}{i}" for i in range(5)]
     url = make_database_url("batches")
-    settings = {
-        "database_url": url,
-        "queue": QUEUE,
-        "concurrency": 5,
-        "heartbeat_interval": 0.2,
-        "dead_after": 1.5,
-        "poll_interval": 0.1,
-    }
+    settings = _quick_workers(url)
     a = start_worker("a", executor_id="worker-a", **settings).wait_ready()
     with DurableClient(url) as client:
-        handles = [
-            client.start("Helper", [{"role": "user", "content": f"work {tag}"}], queue=QUEUE)
-            for tag in tags
-        ]
-        wait_for(
-            lambda: all(model.arrivals("work", tag, 1) == 1 for tag in tags),
-            "A to have every run's second model call in flight",
-            workers=(a,),
-        )
+        handles = _held_runs(client, model, tags, a)
         b = start_worker("b", executor_id="worker-b", recovery=recovery, **settings)
         b.wait_ready()
         a.kill()
-
-        answers = [h.result(timeout=TIMEOUT).messages[-1]["content"] for h in handles]
-        assert answers == [f"done {tag}" for tag in tags]
-        statuses = client._dbos.list_workflows(workflow_ids=[h.run_id for h in handles])
-        assert {(s.status, s.executor_id) for s in statuses} == {("SUCCESS", "worker-b")}
+        _finished_once_by(client, handles, tags, "worker-b")
     assert "5 of its unfinished runs are back on their queues" in b.output()
     assert ("batched recovery: 5 runs" in b.output()) == ("batch" in recovery)
-    for tag in tags:
-        assert model.arrivals("work", tag, 0) == 1
-        assert model.arrivals("work", tag, 1) == 2
-    records = [line.split()[0] for line in tool_lines(work_dir, "record")]
-    assert sorted(tag for tag in records if tag in tags) == tags
+    _each_step_once(model, work_dir, tags)
     assert b.terminate() == 0
 
 
@@ -162,37 +139,58 @@ def test_a_worker_restarted_under_its_executor_id_finishes_its_runs(
     # one transaction per run.
     tags = [f"{'s' if 'batch' in recovery else 'p'}{i}" for i in range(5)]
     url = make_database_url("restart")
-    settings = {
+    settings = {**_quick_workers(url), "executor_id": "worker-pinned"}
+    first = start_worker("first", **settings).wait_ready()
+    with DurableClient(url) as client:
+        handles = _held_runs(client, model, tags, first)
+        first.kill()
+        again = start_worker("again", recovery=recovery, **settings).wait_ready()
+        _finished_once_by(client, handles, tags, "worker-pinned")
+    _each_step_once(model, work_dir, tags)
+    assert ("batched recovery: 5 runs" in again.output()) == ("batch" in recovery)
+    assert again.terminate() == 0
+
+
+def _quick_workers(url: str) -> dict[str, Any]:
+    """Settings of workers on `url` that take five runs at once and judge each other fast."""
+    return {
         "database_url": url,
         "queue": QUEUE,
         "concurrency": 5,
         "heartbeat_interval": 0.2,
         "dead_after": 1.5,
         "poll_interval": 0.1,
-        "executor_id": "worker-pinned",
     }
-    first = start_worker("first", **settings).wait_ready()
-    with DurableClient(url) as client:
-        handles = [
-            client.start("Helper", [{"role": "user", "content": f"work {tag}"}], queue=QUEUE)
-            for tag in tags
-        ]
-        wait_for(
-            lambda: all(model.arrivals("work", tag, 1) == 1 for tag in tags),
-            "the first worker to have every run's second model call in flight",
-            workers=(first,),
-        )
-        first.kill()
-        again = start_worker("again", recovery=recovery, **settings).wait_ready()
 
-        answers = [h.result(timeout=TIMEOUT).messages[-1]["content"] for h in handles]
-        assert answers == [f"done {tag}" for tag in tags]
-        statuses = client._dbos.list_workflows(workflow_ids=[h.run_id for h in handles])
-        assert {(s.status, s.executor_id) for s in statuses} == {("SUCCESS", "worker-pinned")}
+
+def _held_runs(client: DurableClient, model: Model, tags: list[str], worker: WorkerProcess) -> Any:
+    """Start a run per tag on the queue; return their handles once `worker` has every run's
+    second model call in flight."""
+    handles = [
+        client.start("Helper", [{"role": "user", "content": f"work {tag}"}], queue=QUEUE)
+        for tag in tags
+    ]
+    wait_for(
+        lambda: all(model.arrivals("work", tag, 1) == 1 for tag in tags),
+        "every run's second model call in flight",
+        workers=(worker,),
+    )
+    return handles
+
+
+def _finished_once_by(client: DurableClient, handles: Any, tags: list[str], executor: str) -> None:
+    """Every run answered, and succeeded under `executor`."""
+    answers = [h.result(timeout=TIMEOUT).messages[-1]["content"] for h in handles]
+    assert answers == [f"done {tag}" for tag in tags]
+    statuses = client._dbos.list_workflows(workflow_ids=[h.run_id for h in handles])
+    assert {(s.status, s.executor_id) for s in statuses} == {("SUCCESS", executor)}
+
+
+def _each_step_once(model: Model, work_dir: Path, tags: list[str]) -> None:
+    """The model call finished before the kill was not made again, the one in flight was made
+    once more, and each run's tool ran once."""
     for tag in tags:
         assert model.arrivals("work", tag, 0) == 1
         assert model.arrivals("work", tag, 1) == 2
     records = [line.split()[0] for line in tool_lines(work_dir, "record")]
     assert sorted(tag for tag in records if tag in tags) == tags
-    assert ("batched recovery: 5 runs" in again.output()) == ("batch" in recovery)
-    assert again.terminate() == 0
