@@ -281,6 +281,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrency", type=_count, default=DEFAULT_CONCURRENCY, metavar="N",
         help=f"runs at a time (default: {DEFAULT_CONCURRENCY})",
     )  # fmt: skip
+    worker.add_argument(
+        "--poll-interval", type=_positive, default=0.5, metavar="SECONDS",
+        help="seconds between looks at the queue when idle; a finished run takes the next "
+        "queued one at once (default: 0.5)",
+    )  # fmt: skip
     worker.add_argument("--executor-id", help="this worker's name (default: host, pid, random)")
     worker.add_argument(
         "--heartbeat-interval", type=float, metavar="SECONDS",
@@ -366,6 +371,7 @@ def _cmd_worker(args: argparse.Namespace, style: Style) -> int:
         concurrency=args.concurrency,
         database_url=getattr(args, "database_url", None),
         executor_id=args.executor_id,
+        poll_interval=args.poll_interval,
         heartbeat_interval=args.heartbeat_interval,
         dead_after=args.dead_after,
     )

@@ -30,7 +30,17 @@ def test_worker_command_serves_a_queue_for_a_thin_client(tmp_path: Path) -> None
             "DURABLE_SWARM_LOG_LEVEL": "ERROR",
         }
         worker = subprocess.Popen(
-            [*COMMAND, "worker", "_app:swarm", "--queue", "cli-q", "--database-url", database],
+            [
+                *COMMAND,
+                "worker",
+                "_app:swarm",
+                "--queue",
+                "cli-q",
+                "--database-url",
+                database,
+                "--poll-interval",
+                "0.25",
+            ],
             cwd=APP_DIR,
             env=env,
             stdout=subprocess.PIPE,
@@ -41,6 +51,7 @@ def test_worker_command_serves_a_queue_for_a_thin_client(tmp_path: Path) -> None
             assert worker.stdout is not None
             banner = worker.stdout.readline()
             assert "serving queue 'cli-q'" in banner, banner
+            assert "polling every 0.25 s when idle" in banner, banner
             with DurableClient(database) as client:
                 handle = client.start("Helper", [{"role": "user", "content": "hi"}], queue="cli-q")
                 response = handle.result(timeout=60)
@@ -52,6 +63,18 @@ def test_worker_command_serves_a_queue_for_a_thin_client(tmp_path: Path) -> None
             if worker.poll() is None:
                 worker.kill()
                 worker.wait()
+
+
+def test_worker_command_rejects_a_poll_interval_that_is_not_a_positive_number() -> None:
+    for bad in ("0", "-1", "soon"):
+        result = subprocess.run(
+            [*COMMAND, "worker", "_app:swarm", "--poll-interval", bad],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 2
+        assert "--poll-interval" in result.stderr and repr(bad) in result.stderr, result.stderr
 
 
 def test_worker_command_reports_a_bad_target(tmp_path: Path) -> None:

@@ -8,11 +8,14 @@ holds: no more runs at once than the worker's concurrency.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import datetime
 from types import SimpleNamespace
+from typing import Any
 
 from durable_swarm.durable import DurableClient
+from durable_swarm.durable._ownership import gate_queues
 from durable_swarm.durable._wakeup import install
 
 from .conftest import TIMEOUT, WorkerProcess, wait_for
@@ -88,3 +91,93 @@ def test_a_hold_is_used_up_by_the_next_release_of_its_run_even_without_a_queue()
     wakeups.release_hold("r2")  # the hand-back did not happen
     active.add("r2", "q").release()
     assert woken == ["_dbos_internal_queue", "q"]
+
+
+def test_a_queue_thread_looks_at_its_queue_only_once_the_wakeups_are_open() -> None:
+    # DBOS starts its queue threads during its launch, before the ownership gate wraps its
+    # dequeue: until `open`, a poll's timeout must not let the thread look at its queue.
+    from dbos._core import ActiveWorkflowById
+
+    instance = SimpleNamespace(_active_workflows_set=ActiveWorkflowById())
+    wakeups = install(instance)
+    assert wakeups is not None
+    stop = threading.Event()
+    waker = wakeups.add("q", stop)
+    looked = threading.Event()
+
+    def queue_thread() -> None:
+        if not waker.wait(0.01):  # DBOS's loop: wait one poll, then look unless stopping
+            looked.set()
+
+    thread = threading.Thread(target=queue_thread)
+    thread.start()
+    assert not looked.wait(0.3)  # thirty polls' time, and no look
+    wakeups.wake("q")  # a finished run before the gate is in place wakes nothing either
+    assert not looked.wait(0.1)
+    wakeups.open()
+    assert looked.wait(5)
+    thread.join()
+    # once open, a poll's timeout ends the wait as DBOS expects; a stop ends it with True
+    assert waker.wait(0.01) is False
+    stop.set()
+    assert waker.wait(5) is True
+    late = wakeups.add("later", threading.Event())  # a queue listened to after the opening
+    assert late.wait(0) is False  # looks at once
+
+
+def test_runs_taken_but_not_begun_count_against_the_workers_concurrency() -> None:
+    # DBOS counts a run against its queue's per-worker concurrency only once it begins here; a
+    # wake-up right after a claim must not take the freed slots twice.
+    seen: list[tuple[Any, ...]] = []
+
+    def plain(queue: Any, *args: Any, **kwargs: Any) -> tuple[list[str], None]:
+        seen.append(("plain", args, kwargs))
+        return ["r1"], None
+
+    def partitioned(queue: Any, *args: Any, **kwargs: Any) -> list[str]:
+        seen.append(("partitioned", args, kwargs))
+        return ["r2"]
+
+    sys_db = SimpleNamespace(
+        start_queued_workflows=plain, start_queued_partitioned_workflows=partitioned
+    )
+    ownership = SimpleNamespace(confirmed=lambda: True, registry=SimpleNamespace(incarnation="one"))
+    taken: list[tuple[list[str], str]] = []
+    starting = {"q": 3, "other": 0}
+    gate_queues(
+        SimpleNamespace(_sys_db=sys_db),
+        ownership,  # type: ignore[arg-type]
+        lambda ids, queue: taken.append((list(ids), queue)),
+        bool,
+        starting.__getitem__,
+    )
+    queue = SimpleNamespace(name="q")
+    assert sys_db.start_queued_workflows(queue, "exec", "v1", None, 2, owner_xid="x") == (
+        ["r1"],
+        None,
+    )
+    assert seen[-1] == ("plain", ("exec", "v1", None, 5), {"owner_xid": "x"})  # 2 running + 3
+    sys_db.start_queued_workflows(queue, "exec", "v1", None)
+    assert seen[-1] == ("plain", ("exec", "v1", None), {"local_running_count": 3})
+    assert sys_db.start_queued_partitioned_workflows(queue, "exec", "v1", 5) == ["r2"]
+    assert seen[-1] == ("partitioned", ("exec", "v1", 2), {})  # 5 free slots - 3 not begun
+    calls = len(seen)
+    assert sys_db.start_queued_partitioned_workflows(queue, "exec", "v1", 3) == []
+    assert len(seen) == calls  # no room left: no claim at all
+    sys_db.start_queued_partitioned_workflows(SimpleNamespace(name="other"), "exec", "v1", 3)
+    assert seen[-1] == ("partitioned", ("exec", "v1", 3), {})
+    assert taken == [(["r1"], "q"), (["r1"], "q"), (["r2"], "q"), (["r2"], "other")]
+
+
+def test_starting_on_counts_the_runs_taken_from_a_queue_until_they_begin() -> None:
+    from durable_swarm.durable import _dbos
+
+    try:
+        _dbos.note_taken(["a", "b"], "q")
+        _dbos.note_taken(["c"])  # started without a queue
+        assert (_dbos.starting_on("q"), _dbos.starting_on("other")) == (2, 0)
+        _dbos.note_entered("a")
+        assert _dbos.starting_on("q") == 1
+    finally:
+        for run_id in ("a", "b", "c"):
+            _dbos.note_entered(run_id)

@@ -39,6 +39,7 @@ __all__ = [
     "run_status",
     "running_runs",
     "shutdown",
+    "starting_on",
 ]
 
 # Recovery only picks up runs of the same application version, so it follows the log's
@@ -212,7 +213,7 @@ def ensure_launched(
             if ownership is not None:
                 if not early:
                     ownership.register()
-                gate_queues(_instance(), ownership, note_taken, hand_back)
+                gate_queues(_instance(), ownership, note_taken, hand_back, starting_on)
                 ownership.start(recover_runs_of, busy_runs, hand_back)
             if wakeups is not None:
                 wakeups.open()  # the gate is in place: queue threads may look at once
@@ -269,7 +270,9 @@ def running_runs() -> list[str]:
 # their workflow function begins here (`note_entered`). Between the two, DBOS's active set does
 # not list them yet: the queue thread starts the runs it took one after the other, and each
 # becomes a task of a busy event loop (10,000 recovered at once took minutes here).
-_taken: dict[str, float] = {}
+# A run taken from a queue also counts against that queue's concurrency here until it begins
+# (see `starting_on`).
+_taken: dict[str, tuple[float, str | None]] = {}
 _taken_lock = threading.Lock()
 _last_entered = 0.0  # when a run last began here (time.monotonic())
 # A taken run that never begins here (its start failed, e.g. on a database error) stops
@@ -278,12 +281,22 @@ _last_entered = 0.0  # when a run last began here (time.monotonic())
 TAKEN_GRACE_SECONDS = 300.0
 
 
-def note_taken(run_ids: Sequence[str]) -> None:
-    """Record that this process took (or started) `run_ids`; see `busy_runs`."""
+def note_taken(run_ids: Sequence[str], queue: str | None = None) -> None:
+    """Record that this process took `run_ids` from `queue` (or started them, without a
+    queue); see `busy_runs` and `starting_on`."""
     now = time.monotonic()
     with _taken_lock:
         for run_id in run_ids:
-            _taken[run_id] = now
+            _taken[run_id] = (now, queue)
+
+
+def starting_on(queue: str) -> int:
+    """How many runs this process took from `queue` that have not begun yet. DBOS counts a
+    run against its queue's per-worker concurrency only once the run begins; a look at the
+    queue in between (a wake-up right after a claim) would take more runs than the limit
+    allows, so the ownership gate adds these to DBOS's count."""
+    with _taken_lock:
+        return sum(1 for _, taken_from in _taken.values() if taken_from == queue)
 
 
 def note_entered(run_id: str) -> None:
@@ -305,7 +318,7 @@ def busy_runs() -> list[str]:
     now = time.monotonic()
     with _taken_lock:
         if now - _last_entered > dead_after:
-            for run_id in [r for r, since in _taken.items() if now - since > grace]:
+            for run_id in [r for r, (since, _) in _taken.items() if now - since > grace]:
                 del _taken[run_id]
         starting = list(_taken)
     return running_runs() + starting

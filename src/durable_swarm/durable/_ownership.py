@@ -714,11 +714,16 @@ class Ownership:
 def gate_queues(
     dbos: Any,
     ownership: Ownership,
-    taken: Callable[[Sequence[str]], None] = lambda ids: None,
+    taken: Callable[[Sequence[str], str], None] = lambda ids, queue: None,
     give_back: Callable[[str], bool] = bool,
+    starting: Callable[[str], int] = lambda queue: 0,
 ) -> None:
     """Make DBOS's queue thread take no run while `ownership` is not confirmed, and tell `taken`
-    the ids of the runs it does take (before it starts them).
+    the ids of the runs it does take and their queue (before it starts them).
+
+    `starting(queue)` is how many runs this process took from `queue` that have not begun yet;
+    the claim counts them as running here (DBOS counts a run against its queue's per-worker
+    concurrency only once it begins, so a second look soon after a claim would overshoot).
 
     The confirmation is checked again once the claim returns, under the same registration: a
     process paused (or cut off) between the first check and its claim may have been taken for
@@ -731,28 +736,41 @@ def gate_queues(
     sys_db = dbos._sys_db
     plain, partitioned = sys_db.start_queued_workflows, sys_db.start_queued_partitioned_workflows
 
-    def admitted(run_ids: list[str], incarnation: str) -> list[str]:
+    def admitted(run_ids: list[str], incarnation: str, queue: str) -> list[str]:
         if run_ids and not (
             ownership.confirmed() and ownership.registry.incarnation == incarnation
         ):
             for run_id in run_ids:
                 give_back(run_id)
             return []
-        taken(run_ids)
+        taken(run_ids, queue)
         return run_ids
 
-    def start_queued(*args: Any, **kwargs: Any) -> Any:
+    # DBOS 3.4's calls: start_queued_workflows(queue, executor_id, app_version, partition_key,
+    # local_running_count, ...) and start_queued_partitioned_workflows(queue, executor_id,
+    # app_version, max_tasks, ...).
+    def start_queued(queue: Any, *args: Any, **kwargs: Any) -> Any:
         if not ownership.confirmed():
             return [], None
         incarnation = ownership.registry.incarnation
-        run_ids, reason = plain(*args, **kwargs)
-        return admitted(run_ids, incarnation), reason
+        extra = starting(queue.name)
+        if len(args) >= 4:
+            args = (*args[:3], args[3] + extra, *args[4:])
+        else:
+            kwargs["local_running_count"] = kwargs.get("local_running_count", 0) + extra
+        run_ids, reason = plain(queue, *args, **kwargs)
+        return admitted(run_ids, incarnation, queue.name), reason
 
-    def start_partitioned(*args: Any, **kwargs: Any) -> Any:
+    def start_partitioned(queue: Any, *args: Any, **kwargs: Any) -> Any:
         if not ownership.confirmed():
             return []
         incarnation = ownership.registry.incarnation
-        return admitted(partitioned(*args, **kwargs), incarnation)
+        extra = starting(queue.name)
+        if extra and len(args) >= 3:
+            if args[2] - extra <= 0:
+                return []
+            args = (*args[:2], args[2] - extra, *args[3:])
+        return admitted(partitioned(queue, *args, **kwargs), incarnation, queue.name)
 
     sys_db.start_queued_workflows = start_queued
     sys_db.start_queued_partitioned_workflows = start_partitioned

@@ -18,8 +18,10 @@ Nothing else changes: a wake-up is one more of DBOS's own polls, so its concurre
 ownership tokens and the project's ownership gate (`_ownership.gate_queues`: no queue work while
 this process's ownership is not confirmed) apply as before. Wake-ups only follow finished runs,
 so an idle process polls exactly as often as before. Wake-ups that arrive while the thread is
-dequeuing coalesce into one more look. Each thread also looks once as soon as `open` is called
-(after the ownership gate is in place), so a starting worker does not wait one poll for work.
+dequeuing coalesce into one more look. No thread looks at its queue before `open` is called
+(after the ownership gate is in place: DBOS starts its queue threads during its launch, before
+the gate wraps its dequeue); each then looks at once, so a starting worker does not wait one poll
+for work.
 
 On another DBOS version (its internals may differ) nothing is installed and queues are polled
 as configured.
@@ -65,10 +67,11 @@ class _Waker:
     """What a queue thread sleeps on instead of DBOS's stop event: `wait(timeout)` returns when
     DBOS stops (True), when woken by `wake` (False) or after `timeout` (False)."""
 
-    def __init__(self, stop: threading.Event, woken: bool) -> None:
+    def __init__(self, stop: threading.Event, opened: bool) -> None:
         self._stop = stop
         self._cond = threading.Condition()
-        self._woken = woken
+        self._woken = opened
+        self._opened = opened
 
     def is_set(self) -> bool:
         """Whether DBOS is stopping (its stop event is set)."""
@@ -86,10 +89,21 @@ class _Waker:
             self._woken = True
             self._cond.notify_all()
 
-    def wait(self, timeout: float | None = None) -> bool:
-        """Sleep until woken, stopped or `timeout`; returns whether DBOS is stopping."""
+    def open(self) -> None:
+        """Let the thread look at its queue: now, and from then on at every poll or wake-up."""
         with self._cond:
-            self._cond.wait_for(lambda: self._woken or self._stop.is_set(), timeout)
+            self._opened = self._woken = True
+            self._cond.notify_all()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Sleep until woken, stopped or `timeout`; returns whether DBOS is stopping. Until
+        `open`, only `open` or a stop ends the sleep: DBOS starts its queue threads during its
+        launch, before the ownership gate is in place, and none may look at its queue before."""
+        with self._cond:
+            if self._opened:
+                self._cond.wait_for(lambda: self._woken or self._stop.is_set(), timeout)
+            else:
+                self._cond.wait_for(lambda: self._opened or self._stop.is_set())
             self._woken = False
         return self._stop.is_set()
 
@@ -106,7 +120,7 @@ class Wakeups:
     def add(self, queue: str, stop: threading.Event) -> _Waker:
         """A waker for the (new) thread of `queue`; it looks at once if `open` was called."""
         with self._lock:
-            waker = _Waker(stop, woken=self._open)
+            waker = _Waker(stop, opened=self._open)
             self._wakers[queue] = waker
             return waker
 
@@ -150,7 +164,7 @@ class Wakeups:
             self._open = True
             wakers = list(self._wakers.values())
         for waker in wakers:
-            waker.wake()
+            waker.open()
 
 
 _installed_thread = False

@@ -124,7 +124,8 @@ class Worker:
         agents = ", ".join(sorted(_registry._agents)) or "none"
         self._say(
             f"serving queue {self.queue!r} on {display_url(self.database_url)} as executor "
-            f"{self.executor_id!r}, concurrency {self.concurrency}, heartbeat every "
+            f"{self.executor_id!r}, concurrency {self.concurrency}, polling every "
+            f"{self.poll_interval:g} s when idle, heartbeat every "
             f"{self.heartbeat_interval:g} s (dead after {self.dead_after:g} s); agents: {agents}"
         )
         return self
