@@ -10,7 +10,8 @@ For each database (a SQLite file, and a fresh PostgreSQL database if the server 
    launch and each replays to its durable wait (time: "recover"; a durable run's wait is held
    by the process's one watcher of waiting runs, `durable_swarm.durable._waits`). After a short
    settle, the worker measures itself over an idle window (default 10 s) while all N wait:
-   process CPU seconds (all threads, getrusage), resident memory, threads, and database
+   process CPU seconds (all threads, getrusage, and each thread's own from its CPU clock, to
+   show which thread costs what), resident memory, threads, and database
    statements per second, counted inside the worker by a SQLAlchemy `before_cursor_execute` hook
    (the worker's own queries, on both databases); on PostgreSQL also the database's committed
    transactions per second from `pg_stat_database` (everything on that database; only the worker
@@ -38,6 +39,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import resource
 import threading
 import time
@@ -164,6 +166,22 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of each live thread of this process, by thread name (numbered pool
+    threads grouped under one name), from Linux per-thread CPU clocks."""
+    found: dict[str, float] = {}
+    for thread in threading.enumerate():
+        if thread.ident is None:
+            continue
+        try:
+            seconds = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except (OSError, ProcessLookupError):
+            continue  # it ended meanwhile
+        name = re.sub(r"\d+", "N", thread.name)
+        found[name] = found.get(name, 0.0) + seconds
+    return found
+
+
 def waiting_runs(kind: str) -> int:
     """How many runs wait in this process: in DBOS's `recv` (bare), or held by this library's
     watcher of waiting runs (durable)."""
@@ -199,7 +217,9 @@ def worker_main(args: argparse.Namespace) -> None:
         cpu_seconds(),
         time.time(),
     )
+    threads0 = thread_cpu()
     time.sleep(args.idle)
+    threads1 = thread_cpu()
     xact1, queries1, cpu1, wall1 = (
         pg_transactions(args.db),
         counter.count,
@@ -217,6 +237,16 @@ def worker_main(args: argparse.Namespace) -> None:
         # minus the two transactions of our own measurement
         "xact_per_s": None if xact0 is None or xact1 is None else (xact1 - xact0 - 1) / window,
         "waiters": waiting_runs(args.kind),
+        # each thread's share of a core over the window, largest first
+        "thread_cpu_pct": dict(
+            sorted(
+                (
+                    (name, round(100 * (seconds - threads0.get(name, 0.0)) / window, 2))
+                    for name, seconds in threads1.items()
+                ),
+                key=lambda item: -item[1],
+            )
+        ),
     }
 
     # A random sample in random order: on SQLite the worker checks the waiting runs one after
@@ -324,6 +354,11 @@ def main() -> None:
         help="DurableSwarm(poll_interval=) of the worker",
     )
     parser.add_argument("--backends", default="sqlite,postgres", help="comma-separated")
+    parser.add_argument(
+        "--kinds",
+        default="bare,durable",
+        help="comma-separated; 'durable' alone skips the baseline (no ratios)",
+    )
     parser.add_argument("--role", default="parent", help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--prefix", help=argparse.SUPPRESS)
@@ -348,13 +383,25 @@ def main() -> None:
     rows = []
     wall = time.perf_counter()
     results: dict[tuple[str, str], dict[str, Any]] = {}
-    for kind in ("bare", "durable"):  # each kind on fresh databases of its own
+    kinds = [kind for kind in ("bare", "durable") if kind in args.kinds.split(",")]
+    for kind in kinds:  # each kind on fresh databases of its own
         with databases(postgres="postgres" in wanted) as dbs:
             for label, url in dbs:
                 if label in wanted:
                     results[label, kind] = measure(label, url, kind, args)
     for label in ("sqlite", "postgres"):
-        if (label, "durable") in results:
+        if (label, "bare") in results and (label, "durable") not in results:
+            print(f"[{label}] bare: {json.dumps(results[label, 'bare'])}")
+        if (label, "durable") in results and (label, "bare") not in results:
+            r = results[label, "durable"]
+            top = list(r["thread_cpu_pct"].items())[:6]
+            print(
+                f"[{label}] durable, no baseline: idle CPU "
+                f"{100 * r['cpu_seconds'] / r['window']:.2f}% of a core, "
+                f"{r['statements_per_s']:.0f} statements/s, by thread: "
+                + ", ".join(f"{name} {pct:.2f}%" for name, pct in top)
+            )
+        elif (label, "durable") in results:
             r, bare = results[label, "durable"], results[label, "bare"]
             rows.append(
                 [
@@ -378,6 +425,10 @@ def main() -> None:
                 ]
             )
             print(f"[{label}] done: {json.dumps({'durable': r, 'bare': bare})}", flush=True)
+            for kind, found in (("durable", r), ("bare", bare)):
+                top = list(found["thread_cpu_pct"].items())[:6]
+                where = ", ".join(f"{name} {pct:.2f}%" for name, pct in top)
+                print(f"[{label}] {kind} idle CPU by thread (% of a core): {where}")
     print_table(
         f"{args.runs} runs waiting for input; one idle worker (poll_interval "
         f"{args.poll_interval} s), idle window {args.idle:.0f} s, {args.sample} answers. "

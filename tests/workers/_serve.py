@@ -5,7 +5,7 @@ directory, so `_app:swarm` is importable the way an app module is from its own d
 
 One key is the test's, not `run_worker`'s: `"recovery"` picks how this worker puts a dead
 process's runs back on their queues: `{"batch": 2}` (the library's batched recovery, 2 runs per
-statement; each recovery prints `batched recovery: <count> runs`) or `{"dbos": true}` (DBOS's
+statement; each call prints `batched recovery: <count> runs`) or `{"dbos": true}` (DBOS's
 own, one transaction per run, as on a DBOS release the batch was not tested with).
 """
 

@@ -9,10 +9,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
-from durable_swarm.durable._ownership import ProcessRegistry, ProcessRow
+from durable_swarm.durable._ownership import (
+    HEAL_RUNS_PER_BEAT,
+    Ownership,
+    ProcessRegistry,
+    ProcessRow,
+)
 
 from .conftest import wait_for
 
@@ -168,3 +174,47 @@ def test_two_processes_that_judge_each_other_dead_at_once_never_both_lose(
         assert len(won) == 1, trial
         loser = b if won == [a.executor_id] else a
         assert loser.beat() is None  # the loser finds out it was taken for dead
+
+
+def test_a_process_owning_thousands_of_runs_lists_them_less_often(tmp_path: Path) -> None:
+    # Thousands of runs waiting for people: all owned here, all running (waiting), none
+    # stalled. Listing them at every heartbeat costs what it lists; the heal looks every
+    # `owned / HEAL_RUNS_PER_BEAT` heartbeats instead, and at every one while a run it found
+    # stalled waits for its second look.
+    own = Ownership(
+        f"sqlite:///{tmp_path / 'runs.sqlite'}",
+        "me",
+        kind="test",
+        heartbeat_interval=1.0,
+        dead_after=6.0,
+        application_version="v",
+    )
+    owned = [f"r{i}" for i in range(3 * HEAL_RUNS_PER_BEAT)]
+    looks: list[int] = []
+    beat = 0
+
+    def pending_of(executor_id: str, version: str, *, untouched_for: float) -> list[str]:
+        looks.append(beat)
+        return owned
+
+    running = list(owned)
+    handed: list[str] = []
+    own.registry.pending_of = pending_of  # type: ignore[method-assign]
+    own._running = lambda: running
+
+    def hand_back(run_id: str) -> bool:  # back on its queue: no longer PENDING here
+        handed.append(run_id)
+        owned.remove(run_id)
+        return True
+
+    own._hand_back = hand_back
+    own._confirmed_until = float("inf")
+    for beat in range(9):  # noqa: B007 (pending_of reads it)
+        own._heal()
+    assert looks == [0, 4, 8]  # 3000 owned: every fourth heartbeat
+    running.remove("r7")  # its execution ended on a database error: it stays PENDING here
+    for beat in range(9, 20):  # noqa: B007
+        own._heal()
+    assert looks == [0, 4, 8, 12, 13, 14, 17]  # found at 12, handed back at 13
+    assert handed == ["r7"]
+    own.registry.close()

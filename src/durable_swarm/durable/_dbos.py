@@ -436,12 +436,18 @@ def _recover_own_runs(dbos: Any, pending: list[Any]) -> None:
     given the runs DBOS listed at launch, before this process could start any), batched."""
     from dbos._utils import GlobalParams
 
-    try:
-        _reenqueue(
-            dbos._sys_db, str(GlobalParams.executor_id), [run.workflow_id for run in pending]
-        )
-    except Exception as e:  # the runs stay PENDING here: the ownership thread hands them back
-        dbos.logger.error(f"Exception encountered when recovering {len(pending)} runs: {e!r}")
+    run_ids = [run.workflow_id for run in pending]
+    for start in range(0, len(run_ids), RECOVERY_BATCH):
+        batch = run_ids[start : start + RECOVERY_BATCH]
+        try:
+            _reenqueue(dbos._sys_db, str(GlobalParams.executor_id), batch)
+        except Exception as e:  # as DBOS does for one run: say so and go on with the next
+            # The batch's runs stay PENDING here; the ownership thread hands them back to their
+            # queues once they have been left alone for `dead_after` (see `Ownership._heal`).
+            dbos.logger.error(
+                f"Exception encountered when recovering runs {batch[0]} .. {batch[-1]} "
+                f"({len(batch)} runs; they go back to their queues later): {e!r}"
+            )
 
 
 @contextlib.contextmanager

@@ -121,6 +121,10 @@ class WaitWatcher:
         with self._lock:
             return list(self._waiters)
 
+    def _any_waiting(self) -> bool:
+        # A dict's truth is read atomically; no copy of thousands of keys at every look.
+        return bool(self._waiters)
+
     def _resolve(self, keys: Iterable[Key], error: BaseException | None = None) -> None:
         with self._lock:
             entries = [entry for key in keys for entry in self._waiters.get(key, [])]
@@ -131,9 +135,9 @@ class WaitWatcher:
 
     def _run(self) -> None:
         while not self._stopped:
-            if not self._keys():
+            if not self._any_waiting():
                 self._wake.clear()
-                if not self._keys():  # nothing waits: sleep until a waiter arrives
+                if not self._any_waiting():  # nothing waits: sleep until a waiter arrives
                     self._wake.wait(SWEEP_SECONDS)
                 continue
             try:
@@ -148,27 +152,29 @@ class WaitWatcher:
                 time.sleep(1.0)
 
     def _poll_rowids(self) -> None:
-        """SQLite: read the messages added since the last look, by rowid."""
-        n = self._notifications
-        with self._engine.connect() as conn:
-            newest: Any = sa.select(sa.func.max(sa.literal_column("rowid"))).select_from(n)
-            seen: int = conn.execute(newest).scalar() or 0
-        self._sweep()
-        swept = time.monotonic()
-        while not self._stopped and self._keys():
-            time.sleep(self._poll)
-            with self._engine.connect() as conn:
-                rows = conn.execute(
-                    sa.select(sa.literal_column("rowid"), n.c.destination_uuid, n.c.topic).where(
-                        sa.literal_column("rowid") > seen
-                    )
-                ).all()
-            if rows:
-                seen = max(seen, max(int(r[0]) for r in rows))
-                self._wake_found({(r[1], r[2]) for r in rows})
-            if self._nudged or time.monotonic() - swept >= SWEEP_SECONDS:
-                self._sweep()
-                swept = time.monotonic()
+        """SQLite: read the messages added since the last look, by rowid, on a connection of
+        its own (a plain sqlite3 cursor: this runs every poll interval, and SQLAlchemy's pool
+        checkout and statement building cost more than SQLite's answer)."""
+        table = self._notifications.name
+        raw = self._engine.raw_connection()
+        raw.detach()  # not one of DBOS's pooled connections: it is closed here, never returned
+        try:
+            cursor = raw.dbapi_connection.cursor()  # type: ignore[union-attr]
+            seen: int = cursor.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0] or 0
+            newer = f"SELECT rowid, destination_uuid, topic FROM {table} WHERE rowid > ?"
+            self._sweep()
+            swept = time.monotonic()
+            while not self._stopped and self._any_waiting():
+                time.sleep(self._poll)
+                rows = cursor.execute(newer, (seen,)).fetchall()
+                if rows:
+                    seen = max(seen, max(int(r[0]) for r in rows))
+                    self._wake_found({(r[1], r[2]) for r in rows})
+                if self._nudged or time.monotonic() - swept >= SWEEP_SECONDS:
+                    self._sweep()
+                    swept = time.monotonic()
+        finally:
+            raw.close()
 
     def _listen(self) -> None:
         """PostgreSQL: LISTEN on DBOS's notifications channel on a connection of its own."""
@@ -180,7 +186,7 @@ class WaitWatcher:
             conn.execute(f"LISTEN {CHANNEL}")
             self._sweep()  # what was sent before listening
             swept = time.monotonic()
-            while not self._stopped and self._keys():
+            while not self._stopped and self._any_waiting():
                 # Each message as it comes; at least once a second, a look at the sweep's clock.
                 found: set[Key] = set()
                 for notify in conn.notifies(timeout=1.0, stop_after=1):  # the whole packet
@@ -196,7 +202,8 @@ class WaitWatcher:
 
     def _wake_found(self, found: set[Key]) -> None:
         """Wake the waits among `found` whose message is still there (a run consumes its own)."""
-        keys = [key for key in self._keys() if key in found]
+        with self._lock:
+            keys = [key for key in found if key in self._waiters]
         if keys:
             self._resolve(self._pending(keys))
 
