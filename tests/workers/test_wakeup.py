@@ -14,6 +14,8 @@ from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from durable_swarm.durable import DurableClient
 from durable_swarm.durable._ownership import gate_queues
 from durable_swarm.durable._wakeup import install
@@ -126,8 +128,9 @@ def test_a_queue_thread_looks_at_its_queue_only_once_the_wakeups_are_open() -> N
 
 
 def test_runs_taken_but_not_begun_count_against_the_workers_concurrency() -> None:
-    # DBOS counts a run against its queue's per-worker concurrency only once it begins here; a
-    # wake-up right after a claim must not take the freed slots twice.
+    # DBOS counts a run against its queue's per-worker concurrency only once it begins here, and
+    # only as of the start of its poll; a wake-up right after a claim must not take the freed
+    # slots twice. The gate passes the larger of DBOS's count and (taken, not begun) + begun.
     seen: list[tuple[Any, ...]] = []
 
     def plain(queue: Any, *args: Any, **kwargs: Any) -> tuple[list[str], None]:
@@ -142,34 +145,42 @@ def test_runs_taken_but_not_begun_count_against_the_workers_concurrency() -> Non
         start_queued_workflows=plain, start_queued_partitioned_workflows=partitioned
     )
     ownership = SimpleNamespace(confirmed=lambda: True, registry=SimpleNamespace(incarnation="one"))
+    begun = {"q": 2, "other": 0}
+    active = SimpleNamespace(count_for_queue=begun.__getitem__)
     taken: list[tuple[list[str], str]] = []
     starting = {"q": 3, "other": 0}
     gate_queues(
-        SimpleNamespace(_sys_db=sys_db),
+        SimpleNamespace(_sys_db=sys_db, _active_workflows_set=active),
         ownership,  # type: ignore[arg-type]
         lambda ids, queue: taken.append((list(ids), queue)),
         bool,
         starting.__getitem__,
     )
-    queue = SimpleNamespace(name="q")
+    queue = SimpleNamespace(name="q", _worker_concurrency=10)
     assert sys_db.start_queued_workflows(queue, "exec", "v1", None, 2, owner_xid="x") == (
         ["r1"],
         None,
     )
-    assert seen[-1] == ("plain", ("exec", "v1", None, 5), {"owner_xid": "x"})  # 2 running + 3
+    assert seen[-1] == ("plain", ("exec", "v1", None, 5), {"owner_xid": "x"})  # 2 begun + 3
+    sys_db.start_queued_workflows(queue, "exec", "v1", None, 7)  # DBOS counted more: kept
+    assert seen[-1] == ("plain", ("exec", "v1", None, 7), {})
     sys_db.start_queued_workflows(queue, "exec", "v1", None)
-    assert seen[-1] == ("plain", ("exec", "v1", None), {"local_running_count": 3})
-    assert sys_db.start_queued_partitioned_workflows(queue, "exec", "v1", 5) == ["r2"]
-    assert seen[-1] == ("partitioned", ("exec", "v1", 2), {})  # 5 free slots - 3 not begun
+    assert seen[-1] == ("plain", ("exec", "v1", None), {"local_running_count": 5})
+    assert sys_db.start_queued_partitioned_workflows(queue, "exec", "v1", 8) == ["r2"]
+    assert seen[-1] == ("partitioned", ("exec", "v1", 5), {})  # 10 - (2 begun + 3 not yet)
     calls = len(seen)
-    assert sys_db.start_queued_partitioned_workflows(queue, "exec", "v1", 3) == []
+    begun["q"] = 7
+    assert sys_db.start_queued_partitioned_workflows(queue, "exec", "v1", 8) == []
     assert len(seen) == calls  # no room left: no claim at all
-    sys_db.start_queued_partitioned_workflows(SimpleNamespace(name="other"), "exec", "v1", 3)
-    assert seen[-1] == ("partitioned", ("exec", "v1", 3), {})
-    assert taken == [(["r1"], "q"), (["r1"], "q"), (["r2"], "q"), (["r2"], "other")]
+    other = SimpleNamespace(name="other", _worker_concurrency=None)
+    sys_db.start_queued_partitioned_workflows(other, "exec", "v1", 3)
+    assert seen[-1] == ("partitioned", ("exec", "v1", 3), {})  # no per-worker limit
+    assert taken == [(["r1"], "q"), (["r1"], "q"), (["r1"], "q"), (["r2"], "q"), (["r2"], "other")]
 
 
-def test_starting_on_counts_the_runs_taken_from_a_queue_until_they_begin() -> None:
+def test_starting_on_counts_the_runs_taken_from_a_queue_until_they_begin(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from durable_swarm.durable import _dbos
 
     try:
@@ -178,6 +189,9 @@ def test_starting_on_counts_the_runs_taken_from_a_queue_until_they_begin() -> No
         assert (_dbos.starting_on("q"), _dbos.starting_on("other")) == (2, 0)
         _dbos.note_entered("a")
         assert _dbos.starting_on("q") == 1
+        # a taken run that never begins (cancelled right after its claim) stops counting
+        monkeypatch.setattr(_dbos, "STARTING_SECONDS", 0.0)
+        assert _dbos.starting_on("q") == 0
     finally:
         for run_id in ("a", "b", "c"):
             _dbos.note_entered(run_id)

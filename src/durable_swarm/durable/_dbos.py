@@ -279,6 +279,9 @@ _last_entered = 0.0  # when a run last began here (time.monotonic())
 # counting as busy once it was taken this long ago (or 10 x `dead_after`, if larger) and no run
 # has begun here for `dead_after`: a process still starting runs it took keeps them all.
 TAKEN_GRACE_SECONDS = 300.0
+# How long a run taken from a queue counts against that queue's concurrency here if it does not
+# begin (see `starting_on`); a run begins within milliseconds unless the process is overloaded.
+STARTING_SECONDS = 30.0
 
 
 def note_taken(run_ids: Sequence[str], queue: str | None = None) -> None:
@@ -291,12 +294,15 @@ def note_taken(run_ids: Sequence[str], queue: str | None = None) -> None:
 
 
 def starting_on(queue: str) -> int:
-    """How many runs this process took from `queue` that have not begun yet. DBOS counts a
-    run against its queue's per-worker concurrency only once the run begins; a look at the
-    queue in between (a wake-up right after a claim) would take more runs than the limit
-    allows, so the ownership gate adds these to DBOS's count."""
+    """How many runs this process took from `queue` in the last `STARTING_SECONDS` that have
+    not begun yet. DBOS counts a run against its queue's per-worker concurrency only once the
+    run begins; a look at the queue in between (a wake-up right after a claim) would take more
+    runs than the limit allows, so the ownership gate adds these to DBOS's count. A taken run
+    may also never begin here (cancelled just after the claim, its status unreadable): it stops
+    counting after `STARTING_SECONDS`, so it cannot hold a slot for good."""
+    since = time.monotonic() - STARTING_SECONDS
     with _taken_lock:
-        return sum(1 for _, taken_from in _taken.values() if taken_from == queue)
+        return sum(1 for at, taken_from in _taken.values() if taken_from == queue and at > since)
 
 
 def note_entered(run_id: str) -> None:

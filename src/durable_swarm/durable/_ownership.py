@@ -738,8 +738,9 @@ def gate_queues(
     the ids of the runs it does take and their queue (before it starts them).
 
     `starting(queue)` is how many runs this process took from `queue` that have not begun yet;
-    the claim counts them as running here (DBOS counts a run against its queue's per-worker
-    concurrency only once it begins, so a second look soon after a claim would overshoot).
+    the claim counts them as running here, with those begun (DBOS counts a run against its
+    queue's per-worker concurrency only once it begins, and only as of the start of its poll, so
+    a second look soon after a claim would overshoot).
 
     The confirmation is checked again once the claim returns, under the same registration: a
     process paused (or cut off) between the first check and its claim may have been taken for
@@ -762,18 +763,24 @@ def gate_queues(
         taken(run_ids, queue)
         return run_ids
 
+    def load(queue: Any) -> int:
+        # Runs taken but not begun, then those begun (read in this order, a run moving from one
+        # to the other in between counts twice, never zero times).
+        taken_here = starting(queue.name)
+        return taken_here + int(dbos._active_workflows_set.count_for_queue(queue.name))
+
     # DBOS 3.4's calls: start_queued_workflows(queue, executor_id, app_version, partition_key,
     # local_running_count, ...) and start_queued_partitioned_workflows(queue, executor_id,
-    # app_version, max_tasks, ...).
+    # app_version, max_tasks, ...). DBOS's count (its active runs when the poll began, plus what
+    # this poll claimed) stands where it is the larger.
     def start_queued(queue: Any, *args: Any, **kwargs: Any) -> Any:
         if not ownership.confirmed():
             return [], None
         incarnation = ownership.registry.incarnation
-        extra = starting(queue.name)
         if len(args) >= 4:
-            args = (*args[:3], args[3] + extra, *args[4:])
+            args = (*args[:3], max(args[3], load(queue)), *args[4:])
         else:
-            kwargs["local_running_count"] = kwargs.get("local_running_count", 0) + extra
+            kwargs["local_running_count"] = max(kwargs.get("local_running_count", 0), load(queue))
         run_ids, reason = plain(queue, *args, **kwargs)
         return admitted(run_ids, incarnation, queue.name), reason
 
@@ -781,11 +788,12 @@ def gate_queues(
         if not ownership.confirmed():
             return []
         incarnation = ownership.registry.incarnation
-        extra = starting(queue.name)
-        if extra and len(args) >= 3:
-            if args[2] - extra <= 0:
+        limit = getattr(queue, "_worker_concurrency", None)
+        if limit is not None and len(args) >= 3:
+            room = min(args[2], max(0, limit - load(queue)))
+            if room <= 0:
                 return []
-            args = (*args[:2], args[2] - extra, *args[3:])
+            args = (*args[:2], room, *args[3:])
         return admitted(partitioned(queue, *args, **kwargs), incarnation, queue.name)
 
     sys_db.start_queued_workflows = start_queued
