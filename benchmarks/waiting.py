@@ -429,6 +429,9 @@ def main() -> None:
                 top = list(found["thread_cpu_pct"].items())[:6]
                 where = ", ".join(f"{name} {pct:.2f}%" for name, pct in top)
                 print(f"[{label}] {kind} idle CPU by thread (% of a core): {where}")
+    if not rows:  # no baseline: no ratios to print
+        print(f"\ntotal wall time {time.perf_counter() - wall:.0f} s")
+        return
     print_table(
         f"{args.runs} runs waiting for input; one idle worker (poll_interval "
         f"{args.poll_interval} s), idle window {args.idle:.0f} s, {args.sample} answers. "
