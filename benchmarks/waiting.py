@@ -398,7 +398,8 @@ def main() -> None:
             print(
                 f"[{label}] durable, no baseline: idle CPU "
                 f"{100 * r['cpu_seconds'] / r['window']:.2f}% of a core, "
-                f"{r['statements_per_s']:.0f} statements/s, by thread: "
+                f"{r['statements_per_s']:.0f} statements/s, resumed in "
+                f"{ms(r['resumed'], 0.5)}/{ms(r['resumed'], 1.0)} ms (p50/max), by thread: "
                 + ", ".join(f"{name} {pct:.2f}%" for name, pct in top)
             )
         elif (label, "durable") in results:
