@@ -9,6 +9,7 @@ holds: no more runs at once than the worker's concurrency.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 from types import SimpleNamespace
@@ -195,3 +196,28 @@ def test_starting_on_counts_the_runs_taken_from_a_queue_until_they_begin(
     finally:
         for run_id in ("a", "b", "c"):
             _dbos.note_entered(run_id)
+
+
+def test_a_queue_with_limits_shared_across_processes_gets_no_wake_ups() -> None:
+    # DBOS claims from a queue with a global concurrency or a rate limit in a stricter
+    # transaction and backs its polls off while claims conflict; a wake-up would bypass that.
+    from dbos._core import ActiveWorkflowById
+
+    from durable_swarm.durable._wakeup import _shares_budget
+
+    assert _shares_budget(SimpleNamespace(_concurrency=5, _limiter=None))
+    assert _shares_budget(SimpleNamespace(_concurrency=None, _limiter={"limit": 1, "period": 1}))
+    assert not _shares_budget(SimpleNamespace(_concurrency=None, _worker_concurrency=10))
+    instance = SimpleNamespace(_active_workflows_set=ActiveWorkflowById())
+    wakeups = install(instance)
+    assert wakeups is not None
+    shared = wakeups.add("shared", threading.Event(), wakeable=False)
+    own = wakeups.add("own", threading.Event())
+    wakeups.open()
+    assert shared.wait(5) is False and own.wait(5) is False  # the opening look, at once
+    wakeups.wake("shared")
+    wakeups.wake("own")
+    assert own.wait(5) is False  # woken at once
+    started = time.monotonic()
+    assert shared.wait(0.3) is False
+    assert time.monotonic() - started >= 0.25  # not woken: its poll's timeout ended the wait

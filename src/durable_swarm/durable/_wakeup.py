@@ -14,14 +14,16 @@ DBOS instance, before launch:
   a run handed back to its queue for another process (`_dbos.hand_back`) wakes nothing, or this
   process would take it right back.
 
-Nothing else changes: a wake-up is one more of DBOS's own polls, so its concurrency limits, its
-ownership tokens and the project's ownership gate (`_ownership.gate_queues`: no queue work while
-this process's ownership is not confirmed) apply as before. Wake-ups only follow finished runs,
-so an idle process polls exactly as often as before. Wake-ups that arrive while the thread is
-dequeuing coalesce into one more look. No thread looks at its queue before `open` is called
-(after the ownership gate is in place: DBOS starts its queue threads during its launch, before
-the gate wraps its dequeue); each then looks at once, so a starting worker does not wait one poll
-for work.
+A queue with limits shared across processes (a global concurrency or a rate limit) gets no
+wake-ups: DBOS claims from it in a stricter transaction and backs off its polls while claims
+conflict, which wake-ups would bypass. Nothing else changes: a wake-up is one more of DBOS's
+own polls, so its concurrency limits, its ownership tokens and the project's ownership gate
+(`_ownership.gate_queues`: no queue work while this process's ownership is not confirmed)
+apply as before. Wake-ups only follow finished runs, so an idle process polls exactly as often
+as before. Wake-ups that arrive while the thread is dequeuing coalesce into one more look.
+No thread looks at its queue before `open` is called (after the ownership gate is in place:
+DBOS starts its queue threads during its launch, before the gate wraps its dequeue); each then
+looks at once, so a starting worker does not wait one poll for work.
 
 On another DBOS version (its internals may differ) nothing is installed and queues are polled
 as configured.
@@ -67,7 +69,8 @@ class _Waker:
     """What a queue thread sleeps on instead of DBOS's stop event: `wait(timeout)` returns when
     DBOS stops (True), when woken by `wake` (False) or after `timeout` (False)."""
 
-    def __init__(self, stop: threading.Event, opened: bool) -> None:
+    def __init__(self, stop: threading.Event, opened: bool, wakeable: bool = True) -> None:
+        self.wakeable = wakeable
         self._stop = stop
         self._cond = threading.Condition()
         self._woken = opened
@@ -117,10 +120,11 @@ class Wakeups:
         self._held: set[str] = set()
         self._open = False
 
-    def add(self, queue: str, stop: threading.Event) -> _Waker:
-        """A waker for the (new) thread of `queue`; it looks at once if `open` was called."""
+    def add(self, queue: str, stop: threading.Event, wakeable: bool = True) -> _Waker:
+        """A waker for the (new) thread of `queue`; it looks at once if `open` was called.
+        A thread that is not `wakeable` waits for `open` like the others, then only polls."""
         with self._lock:
-            waker = _Waker(stop, opened=self._open)
+            waker = _Waker(stop, opened=self._open, wakeable=wakeable)
             self._wakers[queue] = waker
             return waker
 
@@ -133,7 +137,7 @@ class Wakeups:
     def wake(self, queue: str) -> None:
         """Wake the thread of `queue`, if this process listens to it."""
         waker = self._wakers.get(queue)
-        if waker is not None:
+        if waker is not None and waker.wakeable:
             waker.wake()
 
     def hold(self, run_id: str) -> None:
@@ -169,6 +173,15 @@ class Wakeups:
 
 _installed_thread = False
 
+# A queue's limits shared with other processes: DBOS claims from such a queue in a stricter
+# transaction (REPEATABLE READ or SERIALIZABLE on PostgreSQL) and backs its polls off while
+# claims conflict; wake-ups would bypass that backoff, so such queues are only polled.
+_SHARED_LIMITS = ("_concurrency", "_partition_concurrency", "_limiter", "_partition_limiter")
+
+
+def _shares_budget(queue: Any) -> bool:
+    return any(getattr(queue, name, None) is not None for name in _SHARED_LIMITS)
+
 
 def _install_queue_thread() -> None:
     """Route DBOS's per-queue thread through a waker of its instance's `Wakeups` (once per
@@ -185,7 +198,7 @@ def _install_queue_thread() -> None:
         if wakeups is None:
             plain(stop_event, dbos, queue)
             return
-        waker = wakeups.add(queue.name, stop_event)
+        waker = wakeups.add(queue.name, stop_event, wakeable=not _shares_budget(queue))
         dbos.background_thread_stop_events.append(waker)  # DBOS's shutdown wakes it too
         try:
             plain(cast(threading.Event, waker), dbos, queue)  # it uses is_set and wait only
