@@ -385,9 +385,9 @@ def recover_runs_of(executor_id: str) -> int:
 
 
 def _reenqueue(sys_db: Any, executor_id: str, run_ids: Sequence[str] | None = None) -> int:
-    """DBOS's recovery of `executor_id`'s PENDING runs (all of them, or those of `run_ids`), in
-    batches of `RECOVERY_BATCH` runs per statement instead of one transaction per run; returns
-    how many went back on a queue.
+    """DBOS's recovery of `executor_id`'s PENDING runs (all of them, in batches of
+    `RECOVERY_BATCH` runs per statement; or those of `run_ids`, in one statement) instead of one
+    transaction per run; returns how many went back on a queue.
 
     Each batch makes the update DBOS's `reenqueue_for_recovery` makes to one run (PENDING ->
     ENQUEUED on the run's queue, else DBOS's internal queue; the execution's ownership token
@@ -416,9 +416,8 @@ def _reenqueue(sys_db: Any, executor_id: str, run_ids: Sequence[str] | None = No
         with sys_db.engine.begin() as conn:
             return int(conn.execute(statement).rowcount)
 
-    if run_ids is not None:
-        batches = [run_ids[i : i + RECOVERY_BATCH] for i in range(0, len(run_ids), RECOVERY_BATCH)]
-        return sum(reenqueue(list(batch)) for batch in batches)
+    if run_ids is not None:  # the caller batches them (`_recover_own_runs`)
+        return reenqueue(list(run_ids))
     of_this_app = sa.and_(
         pending,
         runs.c.application_version == GlobalParams.app_version,

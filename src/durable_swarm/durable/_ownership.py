@@ -771,16 +771,20 @@ def gate_queues(
 
     # DBOS 3.4's calls: start_queued_workflows(queue, executor_id, app_version, partition_key,
     # local_running_count, ...) and start_queued_partitioned_workflows(queue, executor_id,
-    # app_version, max_tasks, ...). DBOS's count (its active runs when the poll began, plus what
-    # this poll claimed) stands where it is the larger.
+    # app_version, max_tasks, ...). Only a queue with a per-worker limit uses the count (not
+    # DBOS's internal queue, which carries thousands of recovered runs at once); DBOS's count
+    # (its active runs when the poll began, plus what this poll claimed) stands where it is
+    # the larger.
     def start_queued(queue: Any, *args: Any, **kwargs: Any) -> Any:
         if not ownership.confirmed():
             return [], None
         incarnation = ownership.registry.incarnation
-        if len(args) >= 4:
-            args = (*args[:3], max(args[3], load(queue)), *args[4:])
-        else:
-            kwargs["local_running_count"] = max(kwargs.get("local_running_count", 0), load(queue))
+        if getattr(queue, "_worker_concurrency", None) is not None:
+            if len(args) >= 4:
+                args = (*args[:3], max(args[3], load(queue)), *args[4:])
+            else:
+                running = max(kwargs.get("local_running_count", 0), load(queue))
+                kwargs["local_running_count"] = running
         run_ids, reason = plain(queue, *args, **kwargs)
         return admitted(run_ids, incarnation, queue.name), reason
 
