@@ -36,10 +36,14 @@ def blocking_executor() -> concurrent.futures.ThreadPoolExecutor:
 
 
 async def run_in(
-    executor: concurrent.futures.Executor, func: Callable[..., T], /, *args: Any, **kwargs: Any
+    executor: concurrent.futures.Executor | None,
+    func: Callable[..., T],
+    /,
+    *args: Any,
+    **kwargs: Any,
 ) -> T:
-    """`asyncio.to_thread` on `executor`: `func` runs in one of its threads with the caller's
-    context variables, and the caller awaits it."""
+    """`asyncio.to_thread` on `executor` (None: the event loop's default): `func` runs in one of
+    its threads with the caller's context variables, and the caller awaits it."""
     call = functools.partial(contextvars.copy_context().run, func, *args, **kwargs)
     return await asyncio.get_running_loop().run_in_executor(executor, call)
 

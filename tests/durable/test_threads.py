@@ -1,10 +1,13 @@
-"""Where a durable run's work happens: sync tools and sync model clients each in one thread of
-the library's own pools (a sync DBOS step), `openai.AsyncOpenAI` on the event loop, and a DBOS
-executor sized from the machine."""
+"""Where a durable run's work happens: sync tools and sync model clients each in one thread (a
+sync DBOS step): model clients and slow or new tools on the library's own pools, quick tools on
+DBOS's executor; `openai.AsyncOpenAI` on the event loop; a DBOS executor sized from the
+machine."""
 
 from __future__ import annotations
 
 import threading
+import time
+import weakref
 from typing import Any
 
 import httpx
@@ -13,6 +16,7 @@ import pytest
 
 from durable_swarm import Agent
 from durable_swarm._aio import is_async_callable
+from durable_swarm.durable import _dbos
 from durable_swarm.durable._dbos import executor_threads
 from durable_swarm.errors import DurableSwarmError
 from durable_swarm.testing import FakeOpenAIServer, ScriptedClient, ToolCall, calls, text
@@ -36,8 +40,14 @@ def reply(messages: list[dict[str, Any]], tools: Any) -> Any:
 AGENT = Agent(name="threads-agent", instructions="Look it up.", functions=[record_lookup])
 
 
+@pytest.fixture
+def fresh_tool_times(monkeypatch):
+    """No sync tool has run in this process yet, as far as step placement knows."""
+    monkeypatch.setattr(_dbos, "_quick_tools", weakref.WeakKeyDictionary())
+
+
 def test_sync_tool_and_sync_client_run_as_one_thread_steps_on_their_own_pools(
-    durable_swarm_factory, run_id
+    durable_swarm_factory, run_id, fresh_tool_times
 ):
     SEEN["model"].clear()
     SEEN["tool"].clear()
@@ -58,6 +68,43 @@ def test_sync_tool_and_sync_client_run_as_one_thread_steps_on_their_own_pools(
     ]
     assert steps[1].output["message"]["content"] == "found tea"
     assert SEEN["tool"][0][1] == f"{run_id}:{steps[1].step}"
+
+
+def slow_lookup(topic: str) -> str:
+    """A sync tool that blocks (as a network call would) and notes its thread."""
+    time.sleep(10 * _dbos.QUICK_TOOL_SECONDS)
+    SEEN["tool"].append((threading.current_thread().name, topic))
+    return f"found {topic}"
+
+
+@pytest.mark.parametrize(
+    ("tool", "second_pool"),
+    [(record_lookup, "dbos-executor"), (slow_lookup, "durable-swarm-tool")],
+    ids=["quick", "slow"],
+)
+def test_a_quick_sync_tool_moves_to_dbos_executor_a_slow_one_stays_on_the_tool_pool(
+    durable_swarm_factory, run_id, fresh_tool_times, tool, second_pool
+):
+    agent = Agent(name="threads-agent", instructions="Look it up.", functions=[tool])
+
+    def script(messages: list[dict[str, Any]], tools: Any) -> Any:
+        if any(m.get("role") == "tool" for m in messages):
+            return text("done")
+        return calls(ToolCall(tool.__name__, {"topic": "tea"}))
+
+    swarm = durable_swarm_factory(ScriptedClient(script))
+    SEEN["tool"].clear()
+    for n in range(2):
+        response = swarm.run(agent, [{"role": "user", "content": "tea?"}], run_id=f"{run_id}-{n}")
+        assert response.messages[-1]["content"] == "done"
+
+    first, second = (name for name, _ in SEEN["tool"])
+    assert first.startswith("durable-swarm-tool"), SEEN  # not called here before: the pool
+    assert second.startswith(second_pool), SEEN
+    # wherever it ran, it is one checkpoint, found in the log like any other
+    steps = [s for s in swarm.get_run(f"{run_id}-1").steps if s.kind == "tool"]
+    stored = [(s.name, s.output["message"]["content"]) for s in steps]
+    assert stored == [(tool.__name__, "found tea")]
 
 
 async def test_async_openai_client_is_awaited_on_the_event_loop(durable_swarm_factory, run_id):

@@ -8,6 +8,7 @@ import importlib.metadata
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -72,13 +73,15 @@ def is_launched() -> bool:
 
 
 def executor_threads() -> int:
-    """How many threads DBOS's executor gets, and as many the pool of sync tools (`tool_executor`):
+    """How many threads DBOS's executor gets, and as many the pool of slow sync tools
+    (`tool_executor`):
     `DURABLE_SWARM_EXECUTOR_THREADS` if set, else 4 per CPU core, at least 4 and at most 20
     (DBOS's connection pool size).
 
     Durable runs are async workflows: they are tasks on an event loop, and DBOS's executor only
     carries their short database calls. A sync tool's step (looked up, run and recorded in one
-    thread) does database work too, so its pool is as small; sync model clients, which mostly
+    thread) does database work too, so its pool is as small (a quick tool's step runs on DBOS's
+    executor itself: `executor_for_tool`); sync model clients, which mostly
     wait for the network, use `_aio.blocking_executor()`. More threads than cores and connections
     can use only fight over the GIL and the connection pool: with 50 runs at once, 64 threads
     cost ~18% more CPU per run than 8. Raise it for sync tools that block for long.
@@ -99,6 +102,10 @@ def executor_threads() -> int:
 
 
 _tools: concurrent.futures.ThreadPoolExecutor | None = None
+# A sync tool whose last call in this process took at most this long (wall time) is quick.
+QUICK_TOOL_SECONDS = 0.005
+# Sync tool functions (a method's function) -> whether their last call was quick.
+_quick_tools: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 
 def tool_executor() -> concurrent.futures.ThreadPoolExecutor:
@@ -110,6 +117,28 @@ def tool_executor() -> concurrent.futures.ThreadPoolExecutor:
                 executor_threads(), thread_name_prefix="durable-swarm-tool"
             )
         return _tools
+
+
+def executor_for_tool(function: Any) -> concurrent.futures.Executor | None:
+    """Where the step of the sync tool `function` runs.
+
+    A tool whose last call here was quick (`QUICK_TOOL_SECONDS`): None, the event loop's default
+    executor, which DBOS sets to its own, as for a bare DBOS sync step. Its database work then
+    shares DBOS's threads: on a second pool it cost 5-12% more CPU per run (`runcost.py`), the
+    event loop's thread included. Any other tool (slow last time, or not called yet):
+    `tool_executor()`, so a tool that blocks never holds one of DBOS's database threads for long.
+    """
+    try:
+        quick = _quick_tools.get(getattr(function, "__func__", function), False)
+    except TypeError:  # neither hashable nor weakly referable: not remembered
+        quick = False
+    return None if quick else tool_executor()
+
+
+def note_tool_time(function: Any, seconds: float) -> None:
+    """Remember how long a call of the sync tool `function` took (see `executor_for_tool`)."""
+    with contextlib.suppress(TypeError):
+        _quick_tools[getattr(function, "__func__", function)] = seconds <= QUICK_TOOL_SECONDS
 
 
 def _config(url: str, executor_id: str | None, poll_interval: float) -> dict[str, Any]:

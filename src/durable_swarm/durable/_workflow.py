@@ -65,7 +65,7 @@ from ..tools import (
 from ..usage import Budget, Tally, call_cost
 from . import _dbos
 from ._database import describe_fault, display_url, transient_fault
-from ._dbos import tool_executor
+from ._dbos import executor_for_tool, note_tool_time
 from ._failures import DEFAULT_MODEL_RETRIES, model_failure, without_retries
 from ._log import (
     BUDGET_TOPIC,
@@ -582,7 +582,9 @@ class DurableRuntime:
         def sync_tool_step() -> dict[str, Any]:
             key, before = f"{self.run_id}:{DBOS.step_id}", context_snapshot(context)
             with user_code(self.run_id, what), tracing.tool(self.trace, effect.call) as span:
+                started = time.perf_counter()
                 outcome = execute_tool(function, effect.call, context, idempotency_key=key)
+                note_tool_time(function, time.perf_counter() - started)
                 tracing.tool_result(span, outcome.message)
             return payload_of(outcome, before)
 
@@ -590,7 +592,7 @@ class DurableRuntime:
         if inspect.iscoroutinefunction(function):
             output = await DBOS.run_step_async(options, tool_step)
         else:  # a sync tool: checked, run and recorded in one thread, as a sync DBOS step
-            output = await sync_step(options, sync_tool_step, tool_executor())
+            output = await sync_step(options, sync_tool_step, executor_for_tool(function))
         target = await decode_target(self.run_id, output.get("handoff"))
         context = context_after(effect.context_variables, output)
         if isinstance(output.get("step"), int):
@@ -673,15 +675,16 @@ class DurableRuntime:
 
 
 async def sync_step(
-    options: StepOptions, body: Callable[[], T], executor: concurrent.futures.Executor
+    options: StepOptions, body: Callable[[], T], executor: concurrent.futures.Executor | None
 ) -> T:
     """`body` as a sync DBOS step of the current workflow, run from async code.
 
     DBOS runs an `async def` step in three thread hops (look up its recorded result, enter the
     step, record the result), plus one more when the body is blocking code; a sync step is looked
     up, run and recorded in one thread. That thread comes from `executor` (sync tools:
-    `_dbos.tool_executor()`, sync model clients: `_aio.blocking_executor()`), so a slow tool or
-    model call never holds one of DBOS's executor threads.
+    `_dbos.executor_for_tool(...)`, sync model clients: `_aio.blocking_executor()`; None: the
+    event loop's default, DBOS's executor), so a slow tool or model call never holds one of
+    DBOS's executor threads for long.
     """
     return await run_in(executor, DBOS.run_step, options, body)
 
