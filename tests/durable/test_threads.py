@@ -145,3 +145,33 @@ def test_executor_threads_rejects_a_bad_setting(monkeypatch, value):
     monkeypatch.setenv("DURABLE_SWARM_EXECUTOR_THREADS", value)
     with pytest.raises(DurableSwarmError, match="DURABLE_SWARM_EXECUTOR_THREADS"):
         executor_threads()
+
+
+class _Lookups:
+    def find(self, topic: str) -> str:
+        return topic
+
+
+class _SlottedLookup:
+    """A callable tool object that cannot be weakly referenced (no `__weakref__` slot)."""
+
+    __slots__ = ()
+
+    def __call__(self, topic: str) -> str:
+        return topic
+
+
+def test_tool_placement_remembers_a_method_by_its_function_and_skips_what_it_cannot_remember(
+    fresh_tool_times,
+):
+    pool = _dbos.tool_executor()
+    one, other = _Lookups(), _Lookups()
+    assert _dbos.executor_for_tool(one.find) is pool  # not called yet
+    _dbos.note_tool_time(one.find, 0.0)
+    assert _dbos.executor_for_tool(other.find) is None  # same function, another instance
+    _dbos.note_tool_time(other.find, 1.0)
+    assert _dbos.executor_for_tool(one.find) is pool  # slow last time: back on the pool
+    # an object that cannot be weakly referenced: never remembered, always the pool, no error
+    slotted = _SlottedLookup()
+    _dbos.note_tool_time(slotted, 0.0)
+    assert _dbos.executor_for_tool(slotted) is pool
