@@ -73,18 +73,17 @@ def is_launched() -> bool:
 
 
 def executor_threads() -> int:
-    """How many threads DBOS's executor gets, and as many the pool of slow sync tools
-    (`tool_executor`):
-    `DURABLE_SWARM_EXECUTOR_THREADS` if set, else 4 per CPU core, at least 4 and at most 20
-    (DBOS's connection pool size).
+    """How many threads DBOS's executor gets, and as many the pool of other sync tools
+    (`tool_executor`): `DURABLE_SWARM_EXECUTOR_THREADS` if set, else 4 per CPU core, at least 4
+    and at most 20 (DBOS's connection pool size).
 
     Durable runs are async workflows: they are tasks on an event loop, and DBOS's executor only
     carries their short database calls. A sync tool's step (looked up, run and recorded in one
-    thread) does database work too, so its pool is as small (a quick tool's step runs on DBOS's
-    executor itself: `executor_for_tool`); sync model clients, which mostly
-    wait for the network, use `_aio.blocking_executor()`. More threads than cores and connections
-    can use only fight over the GIL and the connection pool: with 50 runs at once, 64 threads
-    cost ~18% more CPU per run than 8. Raise it for sync tools that block for long.
+    thread) does database work too: a quick tool's runs on DBOS's executor itself, any other's
+    on a pool as small (`executor_for_tool`); sync model clients, which mostly wait for the
+    network, use `_aio.blocking_executor()`. More threads than cores and connections can use
+    only fight over the GIL and the connection pool: with 50 runs at once, 64 threads cost ~18%
+    more CPU per run than 8. Raise it for sync tools that block for long.
     """
     configured = os.environ.get("DURABLE_SWARM_EXECUTOR_THREADS")
     if configured:
@@ -124,8 +123,9 @@ def executor_for_tool(function: Any) -> concurrent.futures.Executor | None:
 
     A tool whose last call here was quick (`QUICK_TOOL_SECONDS`): None, the event loop's default
     executor, which DBOS sets to its own, as for a bare DBOS sync step. Its database work then
-    shares DBOS's threads: on a second pool it cost 5-12% more CPU per run (`runcost.py`), the
-    event loop's thread included. Any other tool (slow last time, or not called yet):
+    shares DBOS's threads: on a second pool the same step cost 5-12% more CPU per run (50 runs
+    at once, against bare DBOS in one process; the README's Performance section), the event
+    loop's thread included. Any other tool (slow last time, or not called yet):
     `tool_executor()`, so a tool that blocks never holds one of DBOS's database threads for long.
     """
     try:
