@@ -128,17 +128,21 @@ def executor_for_tool(function: Any) -> concurrent.futures.Executor | None:
     loop's thread included. Any other tool (slow last time, or not called yet):
     `tool_executor()`, so a tool that blocks never holds one of DBOS's database threads for long.
     """
-    try:
-        quick = _quick_tools.get(getattr(function, "__func__", function), False)
-    except TypeError:  # neither hashable nor weakly referable: not remembered
-        quick = False
+    quick = False
+    with contextlib.suppress(TypeError):  # neither hashable nor weakly referable: not remembered
+        quick = _quick_tools.get(_tool_key(function), False)
     return None if quick else tool_executor()
 
 
 def note_tool_time(function: Any, seconds: float) -> None:
     """Remember how long a call of the sync tool `function` took (see `executor_for_tool`)."""
     with contextlib.suppress(TypeError):
-        _quick_tools[getattr(function, "__func__", function)] = seconds <= QUICK_TOOL_SECONDS
+        _quick_tools[_tool_key(function)] = seconds <= QUICK_TOOL_SECONDS
+
+
+def _tool_key(function: Any) -> Any:
+    """What a tool's timing is remembered under: a method's function (any instance), else itself."""
+    return getattr(function, "__func__", function)
 
 
 def _config(url: str, executor_id: str | None, poll_interval: float) -> dict[str, Any]:
