@@ -22,10 +22,16 @@ dequeue mode, on a queue of its own:
   worker is one Python process: at most one core of work, less where the GIL is contended);
   and the fraction of it achieved.
 
-Dequeue modes: `wake` (this library: a run that finishes wakes its queue's thread, so a freed
-slot takes the next run at once) and `poll` (the baseline: DBOS's queue thread alone, which
-looks at the queue every poll interval, so a freed slot waits for the next look). The modes and
-worker counts are interleaved and repeated; the table shows medians.
+Feeding modes: `wake` (this library: a run that finishes wakes its queue's thread, so a freed
+slot takes the next run at once), `poll` (DBOS's queue thread alone, which looks at the queue
+every poll interval, so a freed slot waits for the next look) and `bare` (the upper baseline:
+bare DBOS processes, with the library's DBOS configuration, each keeping `concurrency` bare DBOS
+workflows with the same steps and `openai` calls in flight by itself: no queue, no claims, no
+client, so a finished run is replaced at once and no slot ever waits; what DBOS workers can get
+out of this machine at best). The modes and worker counts are interleaved and repeated; the
+table shows medians. "switches" is the machine's context switches per finished run (all
+processes): every SQL statement and HTTP call is a round trip between processes, and every
+thread hand-off inside a worker one more switch.
 
     .venv/bin/python benchmarks/workers.py            # window 15 s, 3 repeats
     .venv/bin/python benchmarks/workers.py --quick    # window 4 s, 1 repeat
@@ -46,12 +52,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from _common import BENCH_DIR, databases, median, print_table, tool_script
+from _common import (
+    BARE_CLIENT,
+    BENCH_DIR,
+    databases,
+    make_async_client,
+    median,
+    print_table,
+    start_bare_run,
+    tool_script,
+)
 
 MESSAGES = [{"role": "user", "content": "Look one thing up, please."}]
 TICK = os.sysconf("SC_CLK_TCK")
 PG_BACKGROUND = ("walwriter", "checkpointer", "background writer", "autovacuum launcher")
-MODES = ("poll", "wake")
+MODES = ("poll", "wake", "bare")
 
 
 # --- child processes -------------------------------------------------------------------------
@@ -90,6 +105,41 @@ def fill_queue(db: str, queue: str, low: int, high: int) -> None:
             time.sleep(0.1)  # the client's own pace; the backlog covers it many times over
 
 
+def serve_bare(db: str, prefix: str, concurrency: int) -> None:
+    """A bare DBOS process keeping `concurrency` bare runs (ids `<prefix>-...`) in flight by
+    itself until SIGTERM, then letting those in flight finish (so none is left pending)."""
+    import asyncio
+    import signal
+    import threading
+    import uuid
+
+    import dbos._dbos as dbos_internals
+    from dbos import DBOS
+
+    from durable_swarm.durable._dbos import _config
+
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    BARE_CLIENT["client"] = make_async_client(os.environ["DSW_BENCH_MODEL_URL"])
+    DBOS(config=_config(db, f"{prefix}-{os.getpid()}", 0.1))  # type: ignore[arg-type]
+    DBOS.launch()
+
+    async def lane() -> None:
+        while not stopping.is_set():
+            handle = await start_bare_run(MESSAGES, "lookup", f"{prefix}-{uuid.uuid4()}")
+            await handle.get_result()
+
+    async def lanes() -> None:
+        await asyncio.gather(*(lane() for _ in range(concurrency)))
+
+    loop = dbos_internals._dbos_global_instance._background_event_loop.target_loop()
+    running = asyncio.run_coroutine_threadsafe(lanes(), loop)
+    print("serving queue (bare DBOS, fed in-process)", flush=True)
+    stopping.wait()
+    running.result(timeout=25)
+    DBOS.destroy()
+
+
 def serve_worker(db: str, queue: str, concurrency: int, polling_only: bool) -> None:
     """A worker (`run_worker`, as `durable-swarm worker` runs it) on `queue`."""
     from durable_swarm.durable import _wakeup, run_worker
@@ -112,6 +162,14 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def machine_switches() -> int:
+    """Context switches the whole machine has made since boot."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("ctxt "):
+            return int(line.split()[1])
+    return 0
+
+
 def machine_busy_seconds() -> float:
     """CPU seconds the whole machine has spent busy (all cores, idle and iowait excluded)."""
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -132,12 +190,16 @@ class Database:
         self.postgres = self.engine.dialect.name == "postgresql"
         self.table = "dbos.workflow_status" if self.postgres else "workflow_status"
 
-    def counts(self, queue: str) -> dict[str, int]:
+    def counts(self, queue: str, *, by_prefix: bool = False) -> dict[str, int]:
+        """Runs by status: those of `queue`, or (`by_prefix`) those whose id starts with
+        `<queue>-` (bare runs, which have no queue)."""
+        where = "workflow_uuid LIKE :q" if by_prefix else "queue_name = :q"
         query = self._sa.text(
-            f"SELECT status, count(*) FROM {self.table} WHERE queue_name = :q GROUP BY status"
+            f"SELECT status, count(*) FROM {self.table} WHERE {where} GROUP BY status"
         )
+        key = f"{queue}-%" if by_prefix else queue
         with self.engine.connect() as conn:
-            return {str(s): int(n) for s, n in conn.execute(query, {"q": queue})}
+            return {str(s): int(n) for s, n in conn.execute(query, {"q": key})}
 
     def server_pids(self) -> set[int]:
         """PostgreSQL: the backends of this database (but the benchmark's own) and the
@@ -222,12 +284,14 @@ def measure(
     window: float,
     concurrency: int,
 ) -> dict[str, Any]:
-    """One measurement: `workers` workers in `mode` on a fresh `queue`."""
+    """One measurement: `workers` workers in `mode` on a fresh `queue` (`bare`: bare DBOS
+    processes feeding themselves runs whose ids start with `<queue>-`)."""
     base_url = model.wait_for_line("URL ").split()[1]
+    bare = mode == "bare"
     started: list[Child] = []
     try:
         for i in range(workers):  # first: on PostgreSQL, a worker's DBOS creates the database
-            args = ["--role", "worker", "--db", url, "--queue", queue]
+            args = ["--role", "bare" if bare else "worker", "--db", url, "--queue", queue]
             args += ["--concurrency", str(concurrency)]
             if mode == "poll":
                 args.append("--polling-only")
@@ -236,33 +300,37 @@ def measure(
             )
         for worker in started:
             worker.wait_for_line("serving queue")
-        client = Child(
-            f"client-{queue}",
-            ["--role", "client", "--db", url, "--queue", queue, "--low", str(60 * workers),
-             "--high", str(120 * workers)],
-            log_dir,
-            {},
-        )  # fmt: skip
-        started.append(client)
-        client.wait_for_line("READY")
+        roles = {"workers": [w.pid for w in started], "client": []}
+        if not bare:
+            client = Child(
+                f"client-{queue}",
+                ["--role", "client", "--db", url, "--queue", queue, "--low",
+                 str(60 * workers), "--high", str(120 * workers)],
+                log_dir,
+                {},
+            )  # fmt: skip
+            started.append(client)
+            client.wait_for_line("READY")
+            roles["client"] = [client.pid]
         time.sleep(warmup)
-        roles = {"workers": [w.pid for w in started[:-1]], "client": [client.pid]}
         roles["model"] = [model.pid]
         roles["database"] = sorted(db.server_pids())
         before = {pid: cpu_seconds(pid) for pids in roles.values() for pid in pids}
         ours_before = cpu_seconds(os.getpid()) or 0.0
         busy_before = machine_busy_seconds()
-        first = db.counts(queue)
+        switches_before = machine_switches()
+        first = db.counts(queue, by_prefix=bare)
         t0 = time.perf_counter()
         backlog, in_flight = [], []
         while (elapsed := time.perf_counter() - t0) < window:
             time.sleep(min(random.uniform(0.2, 0.6), window - elapsed))  # not in step with polls
-            sample = db.counts(queue)
+            sample = db.counts(queue, by_prefix=bare)
             backlog.append(sample.get("ENQUEUED", 0))
             in_flight.append(sample.get("PENDING", 0))
-        last = db.counts(queue)
+        last = db.counts(queue, by_prefix=bare)
         seconds = time.perf_counter() - t0
         busy = machine_busy_seconds() - busy_before
+        switches = machine_switches() - switches_before
         own = (cpu_seconds(os.getpid()) or 0.0) - ours_before
         roles["database"] = sorted(set(roles["database"]) | db.server_pids())
         cpu: dict[str, float] = {}
@@ -300,6 +368,7 @@ def measure(
         "idle": max(0.0, cores - busy / seconds),
         "min_backlog": min(backlog) if backlog else 0,
         "slots": statistics.fmean(in_flight) / (workers * concurrency) if in_flight else 0.0,
+        "switches": switches / runs,
     }
 
 
@@ -313,7 +382,9 @@ def main() -> None:
         "--concurrency", type=int, default=10, help="runs per worker at once (default 10)"
     )
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
-    parser.add_argument("--role", choices=["model", "client", "worker"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--role", choices=["model", "client", "worker", "bare"], help=argparse.SUPPRESS
+    )
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--queue", help=argparse.SUPPRESS)
     parser.add_argument("--low", type=int, help=argparse.SUPPRESS)
@@ -328,6 +399,9 @@ def main() -> None:
         return
     if args.role == "worker":
         serve_worker(args.db, args.queue, args.concurrency, args.polling_only)
+        return
+    if args.role == "bare":
+        serve_bare(args.db, args.queue, args.concurrency)
         return
 
     window = args.window or (4.0 if args.quick else 15.0)
@@ -355,7 +429,8 @@ def main() -> None:
                                 f"  {label} {workers} worker(s) {mode}: "
                                 f"{r['throughput']:.1f} runs/s, {100 * r['fraction']:.0f}% of "
                                 f"{r['ceiling']:.1f} ({r['bound']}-bound), min backlog "
-                                f"{r['min_backlog']}, slots busy {100 * r['slots']:.0f}%",
+                                f"{r['min_backlog']}, slots busy {100 * r['slots']:.0f}%, "
+                                f"idle {r['idle']:.2f} cores",
                                 flush=True,
                             )
         finally:
@@ -381,15 +456,17 @@ def main() -> None:
                 f"{100 * median([r['slots'] for r in rs]):.0f}%",
                 median([r["others"] for r in rs]),
                 median([r["idle"] for r in rs]),
+                f"{median([r['switches'] for r in rs]):.0f}",
             ]
         )
     rows.sort(key=lambda row: (row[0], row[1], row[2]))
     print_table(
         f"Worker throughput: runs/s and CPU ms per run (window {window:g} s, median of "
         f"{repeats}; {len(os.sched_getaffinity(0))} cores; poll = DBOS polling alone, wake = "
-        "freed slots take the next run at once)",
-        ["db", "workers", "dequeue", "runs/s", "worker", "database", "model", "client",
-         "total", "ceiling runs/s", "achieved", "slots busy", "others", "idle"],
+        "freed slots take the next run at once, bare = bare DBOS processes fed in-process, "
+        "no queue)",
+        ["db", "workers", "feed", "runs/s", "worker", "database", "model", "client",
+         "total", "ceiling runs/s", "achieved", "slots busy", "others", "idle", "switches"],
         rows,
     )  # fmt: skip
     for label, _ in dbs:
@@ -403,6 +480,13 @@ def main() -> None:
                     [r["throughput"] for r in poll]
                 )
                 print(f"{label}, {workers} worker(s): wake / poll throughput {ratio:.2f}x")
+            bare = results.get((label, workers, "bare"))
+            if wake and bare:
+                ours, best = (median([r["fraction"] for r in rs]) for rs in (wake, bare))
+                print(
+                    f"{label}, {workers} worker(s): wake reaches {100 * ours:.0f}% of the "
+                    f"CPU-bound ceiling; bare DBOS fed in-process {100 * best:.0f}%"
+                )
 
 
 if __name__ == "__main__":
