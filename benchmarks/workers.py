@@ -6,7 +6,7 @@ keeps the queue filled (it enqueues runs by agent name whenever fewer than `60 x
 so the queue never empties), and 1 or 2 workers started with the real worker machinery
 (`run_worker`, what `durable-swarm worker _workers_app:client` does: default concurrency 10,
 poll interval 0.5 s). For each database (SQLite, PostgreSQL), number of workers (1, 2) and
-dequeue mode, on a queue of its own:
+feeding mode (below), on a queue of its own:
 
 * after a warm-up, over a window of W seconds: runs finished per second (SUCCESS rows of the
   queue), and CPU seconds per run (user + system from /proc) of the workers, the database (the
