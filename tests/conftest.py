@@ -22,6 +22,7 @@ from _support.db import (  # noqa: F401  (the fixtures, for every test directory
     new_database_name,
     postgres_base_url,
     run_id,
+    shutdown_settled,
     use_database,
     with_database,
 )
@@ -69,7 +70,7 @@ def swarm_kind(
     base = request.getfixturevalue("postgres_base_url")
     name = new_database_name("dswarm_spec", "runs")
     yield kind, with_database(base, name)
-    shutdown()
+    shutdown_settled()
     drop_database(base, name)
 
 

@@ -15,6 +15,7 @@ may override one (e.g. `tests/workers` has its own `make_database_url`).
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -72,6 +73,29 @@ def postgres_execute(base_url: str, sql: str) -> None:
         conn.execute(sql)  # type: ignore[arg-type]
 
 
+def shutdown_settled(timeout: float = 15.0) -> None:
+    """`shutdown()`, once the runs this process still executes but whose row is already final
+    (a cancelled run noticing its cancel, then reading its outcome) have ended, for at most
+    `timeout` seconds. Their thread reads the database until it ends; a database dropped under
+    it makes DBOS retry the connection for good, and the interpreter waits for that thread at
+    exit. Runs still pending (waiting for a person, say) are not waited for."""
+    if dbos_setup._instance() is not None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                ending = [
+                    run_id
+                    for run_id in dbos_setup.running_runs()
+                    if dbos_setup.run_status(run_id) not in ("PENDING", "ENQUEUED")
+                ]
+            except Exception:  # the database is unreachable: nothing to wait for
+                break
+            if not ending:
+                break
+            time.sleep(0.05)
+    shutdown()
+
+
 def drop_database(base_url: str, name: str) -> None:
     postgres_execute(base_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -106,7 +130,7 @@ def make_database_url(
         return with_database(base, name)  # DBOS creates it at launch
 
     yield make
-    shutdown()
+    shutdown_settled()
     for name in created:
         assert base is not None
         drop_database(base, name)
