@@ -7,6 +7,11 @@ database fixtures of every durable test (SQLite and PostgreSQL) come from `_supp
 
 from __future__ import annotations
 
+import faulthandler
+import os
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -44,6 +49,30 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         f"{MEMORY_ONLY}(reason): a behavioural test `make_swarm` runs on the in-memory Swarm only",
     )
+
+
+# How long the test process may take to exit once the session is over.
+EXIT_GRACE_SECONDS = 120.0
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Make a test process that cannot exit fail with the stacks of its threads instead of
+    hanging until CI gives up: at exit the interpreter waits for every executor thread, and one
+    a test left blocked (e.g. retrying a connection to a database already dropped) would hold it
+    forever. The watchdog is a daemon thread, so a normal exit ends it."""
+
+    def watchdog() -> None:
+        time.sleep(EXIT_GRACE_SECONDS)
+        sys.stderr.write(
+            f"\nThe test process did not exit within {EXIT_GRACE_SECONDS:g} s of the end of the "
+            "session: a thread a test left running holds it (the stacks of every thread "
+            "follow). Find the test that started it and let it end before its teardown.\n"
+        )
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        os._exit(1)
+
+    threading.Thread(target=watchdog, name="test-exit-watchdog", daemon=True).start()
 
 
 @pytest.fixture(
