@@ -15,6 +15,7 @@ may override one (e.g. `tests/workers` has its own `make_database_url`).
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -79,21 +80,28 @@ def shutdown_settled(timeout: float = 15.0) -> None:
     `timeout` seconds. Their thread reads the database until it ends; a database dropped under
     it makes DBOS retry the connection for good, and the interpreter waits for that thread at
     exit. Runs still pending (waiting for a person, say) are not waited for."""
-    if dbos_setup._instance() is not None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                ending = [
-                    run_id
-                    for run_id in dbos_setup.running_runs()
-                    if dbos_setup.run_status(run_id) not in ("PENDING", "ENQUEUED")
-                ]
-            except Exception:  # the database is unreachable: nothing to wait for
-                break
-            if not ending:
-                break
-            time.sleep(0.05)
+    deadline = time.monotonic() + timeout
+    while dbos_setup._instance() is not None and _any_run_ending(deadline - time.monotonic()):
+        time.sleep(0.05)
     shutdown()
+
+
+def _any_run_ending(timeout: float) -> bool:
+    """Whether a run this process executes has a final row, read within `timeout` seconds (on a
+    daemon thread: DBOS retries an unreachable database for good); False if not read in time."""
+    found: list[bool] = []
+
+    def look() -> None:
+        try:
+            statuses = (dbos_setup.run_status(run_id) for run_id in dbos_setup.running_runs())
+            found.append(any(status not in ("PENDING", "ENQUEUED") for status in statuses))
+        except Exception:  # no database to read: nothing to wait for
+            found.append(False)
+
+    reader = threading.Thread(target=look, name="test-settle", daemon=True)
+    reader.start()
+    reader.join(max(0.0, timeout))
+    return bool(found and found[0])
 
 
 def drop_database(base_url: str, name: str) -> None:
