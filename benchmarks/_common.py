@@ -174,6 +174,17 @@ async def bare_run(messages: list[dict[str, Any]], tool: str) -> dict[str, Any]:
     return {"messages": history[2:]}
 
 
+def launch_bare_dbos(db: str, executor_id: str) -> None:
+    """DBOS as an app without durable-swarm would launch it: the library's DBOS configuration
+    (JSON serializer, executor threads, application version), executor `executor_id`, no
+    process registry; a restart with the same executor id recovers its pending workflows at
+    launch."""
+    from durable_swarm.durable._dbos import _config
+
+    DBOS(config=_config(db, executor_id, 0.1))  # type: ignore[arg-type]
+    DBOS.launch()
+
+
 async def start_bare_run(messages: list[dict[str, Any]], tool: str, run_id: str) -> Any:
     """Start a bare run under `run_id`; its handle."""
     with SetWorkflowID(run_id):

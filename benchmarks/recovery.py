@@ -44,6 +44,7 @@ from _common import (
     aiohttp_available,
     databases,
     emit,
+    launch_bare_dbos,
     make_agent,
     make_async_client,
     median,
@@ -72,18 +73,6 @@ def list_runs(status: str | list[str], kind: str) -> list[Any]:
 
 def count_runs(status: str | list[str], kind: str) -> int:
     return len(list_runs(status, kind))
-
-
-def launch_bare_dbos(db: str) -> None:
-    """DBOS as an app without durable-swarm would launch it: the library's DBOS configuration
-    (JSON serializer, executor threads, application version), a fixed executor id, no process
-    registry; a restart with the same executor id recovers its pending workflows at launch."""
-    from dbos import DBOS
-
-    from durable_swarm.durable._dbos import _config
-
-    DBOS(config=_config(db, BARE_EXECUTOR, 0.1))  # type: ignore[arg-type]
-    DBOS.launch()
 
 
 class PhaseClock:
@@ -127,7 +116,7 @@ async def start_and_block(args: argparse.Namespace) -> None:
     client = make_async_client(args.base_url, args.http, max_retries=0)
     BARE_CLIENT["client"] = client
     if args.kind == "bare":
-        await asyncio.to_thread(launch_bare_dbos, args.db)
+        await asyncio.to_thread(launch_bare_dbos, args.db, BARE_EXECUTOR)
     else:
         swarm = DurableSwarm(client=client, database_url=args.db).launch()
         agent = make_agent()
@@ -160,7 +149,7 @@ def recover(args: argparse.Namespace) -> dict[str, Any]:
     cpu = time.process_time()
     epoch, started = time.time(), time.perf_counter()
     if args.kind == "bare":
-        launch_bare_dbos(args.db)
+        launch_bare_dbos(args.db, BARE_EXECUTOR)
     else:
         swarm.launch()
     launched = time.perf_counter() - started

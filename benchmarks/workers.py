@@ -56,6 +56,7 @@ from _common import (
     BARE_CLIENT,
     BENCH_DIR,
     databases,
+    launch_bare_dbos,
     make_async_client,
     median,
     print_table,
@@ -116,13 +117,10 @@ def serve_bare(db: str, prefix: str, concurrency: int) -> None:
     import dbos._dbos as dbos_internals
     from dbos import DBOS
 
-    from durable_swarm.durable._dbos import _config
-
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     BARE_CLIENT["client"] = make_async_client(os.environ["DSW_BENCH_MODEL_URL"])
-    DBOS(config=_config(db, f"{prefix}-{os.getpid()}", 0.1))  # type: ignore[arg-type]
-    DBOS.launch()
+    launch_bare_dbos(db, f"{prefix}-{os.getpid()}")
 
     async def lane() -> None:
         while not stopping.is_set():
