@@ -15,7 +15,7 @@
     durable-swarm completion bash|zsh|tcsh
     durable-swarm --version
     durable-swarm worker MODULE[:ATTR] [--queue NAME] [--concurrency N] [--executor-id ID]
-                         [BUDGET]
+                         [--shutdown-grace SECONDS] [BUDGET]
     durable-swarm serve [--host 127.0.0.1] [--port 8000] [--token T]
 
 BUDGET is `--max-model-calls N --max-total-tokens N --max-cost-usd X` (any of them): a run
@@ -46,6 +46,7 @@ from ._cli._runs import HANDLERS, parse_time
 from ._cli._store import CliError
 from ._cli._style import Style, clean, use_color
 from .durable import DEFAULT_CONCURRENCY, DEFAULT_QUEUE
+from .durable._client import DEFAULT_SHUTDOWN_GRACE
 from .durable._runs import STATUSES
 from .errors import DurableSwarmError
 
@@ -86,6 +87,12 @@ def _number(text: str, convert: Callable[[str], T], kind: str) -> T:
 def _positive(text: str) -> float:
     if (value := _number(text, float, "a number of seconds")) <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    if (value := _number(text, float, "a number of seconds")) < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more seconds, got {text!r}")
     return value
 
 
@@ -296,6 +303,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds without a heartbeat before a process counts as dead and its runs are "
         "taken over (default: $DURABLE_SWARM_DEAD_AFTER, else 6 heartbeats)",
     )  # fmt: skip
+    worker.add_argument(
+        "--shutdown-grace", type=_non_negative, default=DEFAULT_SHUTDOWN_GRACE, metavar="SECONDS",
+        help="seconds to stop in once asked (SIGTERM, Ctrl-C); past them, with a step still "
+        "running or the database unreachable, it exits with status 1 and names the runs it "
+        f"leaves, which are finished elsewhere or on restart (default: {DEFAULT_SHUTDOWN_GRACE:g})",
+    )  # fmt: skip
     add_budget_options(worker, "the budget of runs whose client gave none")
 
     serve = command(
@@ -374,6 +387,7 @@ def _cmd_worker(args: argparse.Namespace, style: Style) -> int:
         poll_interval=args.poll_interval,
         heartbeat_interval=args.heartbeat_interval,
         dead_after=args.dead_after,
+        shutdown_grace=args.shutdown_grace,
     )
     return 0
 

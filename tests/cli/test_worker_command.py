@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from durable_swarm.cli import main
 from durable_swarm.durable import DurableClient
 from durable_swarm.testing import FakeOpenAIServer, text
 
@@ -75,6 +78,17 @@ def test_worker_command_rejects_a_poll_interval_that_is_not_a_positive_number() 
         )
         assert result.returncode == 2
         assert "--poll-interval" in result.stderr and repr(bad) in result.stderr, result.stderr
+
+
+def test_worker_command_rejects_a_negative_or_wordy_shutdown_grace(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for bad in ("-1", "soon"):
+        with pytest.raises(SystemExit) as exited:
+            main(["worker", "_app:swarm", "--shutdown-grace", bad])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert "--shutdown-grace" in err and repr(bad) in err, err
 
 
 def test_worker_command_reports_a_bad_target(tmp_path: Path) -> None:

@@ -290,3 +290,66 @@ def test_a_thawed_worker_takes_no_queued_run_before_its_ownership_is_confirmed(
     for executor_id, started_at in taken:
         assert executor_id == executor[1]
         assert started_at >= registered_again
+
+
+def test_a_worker_stopped_while_cut_off_exits_with_a_clear_message_and_strands_nothing(
+    start: Callable[..., Proc],
+    cut_database: tuple[str, str, TcpProxy],
+    model: Model,
+    work_dir: Path,
+) -> None:
+    """SIGTERM while the database is unreachable: the worker cannot record its run's tool result
+    nor mark itself stopped (DBOS retries a lost connection for good), so it must not hang; it
+    exits after its shutdown grace, naming the run it leaves, and another worker finishes it
+    once the database is back."""
+    direct, proxied, proxy = cut_database
+    settings = worker_settings(proxied, QUEUE, BEAT, DEAD)
+    cut_off = start("cut", "_serve.py", shutdown_grace=3.0, **settings)
+    cut_off.wait_output("serving queue")
+    with DurableClient(direct) as client:
+        runs = _in_tools(client, work_dir, ["s1"], (cut_off, cut_off))
+        proxy.cut()
+        (work_dir / "hold-s1").unlink()  # the tool returns; its result cannot be recorded
+        wait_for(lambda: any(t == "s1" for kind, t, _ in step_lines(work_dir) if kind == "end"),
+                 "the tool to return", procs=(cut_off,))  # fmt: skip
+        cut_off.signal(signal.SIGTERM)
+        code = cut_off.proc.wait(timeout=TIMEOUT)
+        out = cut_off.output()
+        assert code == 1, out
+        said = [line for line in out.splitlines() if "did not finish within 3 s" in line]
+        assert len(said) == 1 and runs["s1"] in said[0] and "status 1" in said[0], out
+        proxy.restore()
+        other = start("other", "_serve.py", **worker_settings(direct, QUEUE, BEAT, DEAD))
+        other.wait_output("serving queue")
+        assert _answers(client, runs) == {"s1": "done s1"}
+        assert client._dbos.list_workflows(status=["PENDING", "ENQUEUED"]) == []
+    assert model.arrivals("s1", 0) == 1  # the recorded model call was not made again
+
+
+def test_a_worker_whose_run_is_in_a_long_tool_stops_within_its_grace_and_loses_nothing(
+    start: Callable[..., Proc],
+    make_database_url: Callable[[str], str],
+    model: Model,
+    work_dir: Path,
+) -> None:
+    """SIGTERM while a run is inside a tool that goes on: the worker does not wait for the tool
+    (the interpreter would, at exit); it exits after its grace, naming the run, and the worker
+    restarted under the same executor id finishes it (the unrecorded tool call runs again)."""
+    url = make_database_url("grace")
+    settings = {**worker_settings(url, QUEUE, BEAT, DEAD), "executor_id": "grace-worker"}
+    first = start("first", "_serve.py", shutdown_grace=2.0, **settings)
+    first.wait_output("serving queue")
+    with DurableClient(url) as client:
+        runs = _in_tools(client, work_dir, ["g1"], (first, first))
+        first.signal(signal.SIGTERM)
+        assert first.proc.wait(timeout=TIMEOUT) == 1
+        said = [line for line in first.output().splitlines() if "within 2 s" in line]
+        assert len(said) == 1 and runs["g1"] in said[0], first.output()
+        (work_dir / "hold-g1").unlink()
+        again = start("again", "_serve.py", **settings)
+        again.wait_output("serving queue")
+        assert _answers(client, runs) == {"g1": "done g1"}
+        assert client._dbos.list_workflows(status=["PENDING", "ENQUEUED"]) == []
+    assert starts(work_dir, "g1") == 2  # at least once: its first call ended unrecorded
+    assert model.arrivals("g1", 0) == 1
+    assert again.terminate() == 0  # nothing in flight: a prompt, clean stop

@@ -34,6 +34,7 @@ __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_QUEUE", "ClientRunHandle", "DurableCl
 
 DEFAULT_QUEUE = "durable_swarm"
 DEFAULT_CONCURRENCY = 10  # runs a worker serving a queue takes at a time
+DEFAULT_SHUTDOWN_GRACE = 10.0  # seconds a worker may take to stop before it exits anyway
 _FINISHED = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
 
 

@@ -13,9 +13,11 @@ ownership is not confirmed.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
+import time
 from typing import Any, TextIO
 
 from dbos import DBOS
@@ -23,7 +25,7 @@ from dbos import DBOS
 from .. import _registry
 from ..errors import DurableSwarmError
 from . import _dbos
-from ._client import DEFAULT_CONCURRENCY, DEFAULT_QUEUE
+from ._client import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, DEFAULT_SHUTDOWN_GRACE
 from ._database import display_url, resolve_database_url
 from ._imports import is_model_client, load_target
 from ._ownership import new_executor_id, timing
@@ -70,6 +72,7 @@ class Worker:
         self._stop = threading.Event()
         self._launched = False
         self._closed = False
+        self._exit_grace: float | None = None  # see run_worker's shutdown_grace
 
     def _say(self, text: str) -> None:
         print(f"durable-swarm worker: {text}", file=self._out, flush=True)
@@ -166,9 +169,32 @@ class Worker:
             return
         self._closed = True
         self._stop.set()
+        if self._exit_grace is not None and self._launched:
+            _exit_after(self._exit_grace, self)
         _dbos.shutdown()
         if self._launched:
             self._say(f"executor {self.executor_id!r} stopped")
+
+
+def _exit_after(grace: float, worker: Worker) -> None:
+    """End the process `grace` seconds from now unless it has exited by then (a daemon thread:
+    a process that exits in time never runs its end). Called as the worker begins to stop."""
+    running = _dbos.running_runs() if _dbos._instance() is not None else []
+
+    def force() -> None:
+        time.sleep(grace)
+        left = ", ".join(running) or "none"
+        worker._say(
+            f"shutdown did not finish within {grace:g} s (runs executing here when it began: "
+            f"{left}; a step still running, or the database unreachable: DBOS retries it for "
+            "good). Exiting now with status 1, as a crash would: those runs stay unfinished in "
+            f"the database; a live process takes them over once executor "
+            f"{worker.executor_id!r} has been silent for {worker.dead_after:g} s, or this "
+            "worker resumes them when restarted with the same --executor-id."
+        )
+        os._exit(1)
+
+    threading.Thread(target=force, name="durable-swarm-exit", daemon=True).start()
 
 
 def run_worker(
@@ -182,6 +208,7 @@ def run_worker(
     dead_after: float | None = None,
     poll_interval: float = 0.5,
     out: TextIO | None = None,
+    shutdown_grace: float | None = DEFAULT_SHUTDOWN_GRACE,
 ) -> None:
     """Serve durable runs from `queue` until SIGTERM or SIGINT (`durable-swarm worker`).
 
@@ -208,12 +235,21 @@ def run_worker(
             runs are taken over; default `DURABLE_SWARM_DEAD_AFTER`, else 6 heartbeats.
         poll_interval: seconds between looks at the queue for new runs.
         out: where status lines go (default stdout).
+        shutdown_grace: seconds the process may take to stop once asked to; past them (a run's
+            step still running, or the database unreachable, whose calls DBOS retries for good)
+            it prints the runs it leaves and exits with status 1 (`os._exit`), as a crash would:
+            they stay in the database and are finished elsewhere or on restart. Only when
+            serving from the main thread (the process is the worker's); None waits for good.
 
     Raises `DurableSwarmError` for a bad target or setting, and `DatabaseUnavailableError` when
     the database cannot be opened. A worker taken for dead (paused or cut off for longer than
     `dead_after`) is not stopped: its runs went to another process, it records nothing more for
     them, registers again and serves new runs.
     """
+    if shutdown_grace is not None and not shutdown_grace >= 0:
+        raise DurableSwarmError(
+            f"shutdown_grace must be a number of seconds >= 0 (or None), not {shutdown_grace!r}."
+        )
     worker = Worker(
         target,
         queue=queue,
@@ -226,6 +262,7 @@ def run_worker(
         out=out,
     )
     in_main = threading.current_thread() is threading.main_thread()
+    worker._exit_grace = shutdown_grace if in_main else None  # the process is the worker's
     previous: dict[int, Any] = {}
 
     def stop(signum: int, frame: Any) -> None:
