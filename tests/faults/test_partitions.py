@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import signal
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -116,8 +117,30 @@ def test_workers_cut_off_together_declare_nobody_dead_and_finish_every_run(
         assert "is gone" not in worker.output() and "taken for dead" not in worker.output()
 
 
+def _freeze_off_the_write_lock(worker: Proc, url: str) -> None:
+    """SIGSTOP `worker` at a moment it does not hold the SQLite file's write lock (on
+    PostgreSQL, at once). Frozen in the middle of a write, a process keeps every other one from
+    writing until it thaws (see the README's Known limits): a test of the takeover of a frozen
+    worker's runs needs it frozen between writes, as it is most of the time."""
+    for _ in range(200):
+        worker.signal(signal.SIGSTOP)
+        if "://" in url:
+            return
+        probe = sqlite3.connect(url, timeout=0.2)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.rollback()
+            return
+        except sqlite3.OperationalError:
+            worker.signal(signal.SIGCONT)  # it (or the other worker) was writing: again
+            time.sleep(0.05)
+        finally:
+            probe.close()
+    raise AssertionError(f"{worker.name} held the SQLite write lock at every try")
+
+
 def _pause_the_holder(
-    client: DurableClient, workers: tuple[Proc, Proc], work_dir: Path, tag: str
+    client: DurableClient, workers: tuple[Proc, Proc], work_dir: Path, tag: str, url: str
 ) -> tuple[Proc, Proc, dict[str, str]]:
     """Run `tag` is kept in its tool, and the worker running it is frozen until the other
     took it over: `(frozen worker, the other, {tag: run id})`."""
@@ -125,7 +148,7 @@ def _pause_the_holder(
     runs = _in_tools(client, work_dir, [tag], workers)
     holder_pid = next(pid for _, t, pid in step_lines(work_dir) if t == tag)
     paused, other = (a, b) if holder_pid == a.pid else (b, a)
-    paused.signal(signal.SIGSTOP)
+    _freeze_off_the_write_lock(paused, url)
     wait_for(lambda: "is gone (silent for" in other.output(), "the other worker to take over",
              procs=(other,))  # fmt: skip
     return paused, other, runs
@@ -140,7 +163,7 @@ def test_a_paused_worker_records_nothing_for_runs_it_lost_and_strands_nothing(
     url = make_database_url("paused")
     workers = _two_workers(start, url)
     with DurableClient(url) as client:
-        paused, other, runs = _pause_the_holder(client, workers, work_dir, "p1")
+        paused, other, runs = _pause_the_holder(client, workers, work_dir, "p1", url)
         wait_for(lambda: starts(work_dir, "p1") == 2, "p1 again in the other worker",
                  procs=(other,))  # fmt: skip
         during = {f"d{i}": _ask(client, f"d{i}") for i in range(4)}  # while it is frozen
@@ -257,7 +280,7 @@ def test_a_thawed_worker_takes_no_queued_run_before_its_ownership_is_confirmed(
     watcher = ProcessRegistry(resolve_database_url(url), "watcher", dead_after=DEAD)
     try:
         with DurableClient(url) as client:
-            paused, other, first = _pause_the_holder(client, workers, work_dir, "t1")
+            paused, other, first = _pause_the_holder(client, workers, work_dir, "t1", url)
             (work_dir / "hold-t1").unlink()
             assert _answers(client, first) == {"t1": "done t1"}
             # Queued runs wait for the frozen worker alone: the other one stops.
