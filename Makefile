@@ -7,6 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DURABLE_SWARM_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
 export DURABLE_SWARM_TEST_POSTGRES_URL
+PYTEST_WORKERS ?= 2
 
 .PHONY: demo test test-faults lint typecheck pytest browser fuse bench bench-quick clean
 
@@ -34,8 +35,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Two pytest processes per test run (pytest-xdist; one per core here), a test file to each at
+# a time, so a file's module-wide fixtures (its database, its launched DBOS) are set up once.
 pytest: $(STAMP) browser
-	$(BIN)/pytest -q -m "not faults"
+	$(BIN)/pytest -q -m "not faults" -n $(PYTEST_WORKERS) --dist loadfile
 
 # The slow fault-injection tests (real processes killed, paused, cut off from the database).
 # The missing-agent test checks "not failed after 60 s" (DURABLE_SWARM_TEST_MISSING_HORIZON
