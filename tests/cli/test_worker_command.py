@@ -101,3 +101,26 @@ def test_worker_command_reports_a_bad_target(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "Cannot import module 'no_such_module_here'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+GOES_ON = """
+import os, signal, sys, threading, time
+from durable_swarm.durable import run_worker
+
+threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+run_worker("_app:swarm", queue="on-q", database_url=sys.argv[1], shutdown_grace=0.5)
+time.sleep(2.0)  # well past the grace: the program goes on after the worker stopped
+print("still here", flush=True)
+"""
+
+
+def test_a_program_that_goes_on_after_run_worker_returns_is_not_ended_by_the_grace(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "DSW_FAKE_URL": "http://127.0.0.1:9/v1", "DSW_WORK_DIR": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-c", GOES_ON, str(tmp_path / "runs.sqlite")],
+        cwd=APP_DIR, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "still here" in result.stdout and "did not finish" not in result.stdout, result.stdout

@@ -73,6 +73,7 @@ class Worker:
         self._launched = False
         self._closed = False
         self._exit_grace: float | None = None  # see run_worker's shutdown_grace
+        self._returned = False  # run_worker has returned
 
     def _say(self, text: str) -> None:
         print(f"durable-swarm worker: {text}", file=self._out, flush=True)
@@ -176,13 +177,27 @@ class Worker:
             self._say(f"executor {self.executor_id!r} stopped")
 
 
+def _exiting() -> bool:
+    """Whether the interpreter is exiting: joining the threads of `concurrent.futures` pools
+    (`threading`'s flag for it, set before that join) or the other non-daemon threads."""
+    return bool(getattr(threading, "_SHUTTING_DOWN", False)) or not (
+        threading.main_thread().is_alive()
+    )
+
+
 def _exit_after(grace: float, worker: Worker) -> None:
-    """End the process `grace` seconds from now unless it has exited by then (a daemon thread:
-    a process that exits in time never runs its end). Called as the worker begins to stop."""
+    """End the process `grace` seconds from now if it is still stopping then: still in the
+    worker's shutdown, or in the interpreter's exit that followed it (which waits for every
+    thread of a `concurrent.futures` pool, so for a step that goes on or a write that DBOS
+    retries). A program that goes on after `run_worker` returned is left alone (a daemon
+    thread: a process that exits in time never runs its end). Called as the worker stops."""
     running = _dbos.running_runs() if _dbos._instance() is not None else []
+    deadline = time.monotonic() + grace
 
     def force() -> None:
-        time.sleep(grace)
+        time.sleep(max(0.0, deadline - time.monotonic()))
+        if worker._returned and not _exiting():
+            return  # run_worker returned and the program goes on: not a stop that hangs
         left = ", ".join(running) or "none"
         worker._say(
             f"shutdown did not finish within {grace:g} s (runs executing here when it began: "
@@ -235,11 +250,12 @@ def run_worker(
             runs are taken over; default `DURABLE_SWARM_DEAD_AFTER`, else 6 heartbeats.
         poll_interval: seconds between looks at the queue for new runs.
         out: where status lines go (default stdout).
-        shutdown_grace: seconds the process may take to stop once asked to; past them (a run's
-            step still running, or the database unreachable, whose calls DBOS retries for good)
-            it prints the runs it leaves and exits with status 1 (`os._exit`), as a crash would:
-            they stay in the database and are finished elsewhere or on restart. Only when
-            serving from the main thread (the process is the worker's); None waits for good.
+        shutdown_grace: seconds the process may take to stop once asked to, its exit
+            included if it exits then; past them (a run's step still running, or the database
+            unreachable, whose calls DBOS retries for good) it prints the runs it leaves and
+            exits with status 1 (`os._exit`), as a crash would: they stay in the database and
+            are finished elsewhere or on restart. A program that goes on after this function
+            returns is not ended. Only when serving from the main thread; None waits for good.
 
     Raises `DurableSwarmError` for a bad target or setting, and `DatabaseUnavailableError` when
     the database cannot be opened. A worker taken for dead (paused or cut off for longer than
@@ -278,5 +294,6 @@ def run_worker(
         worker.serve()
     finally:
         worker.shutdown()
+        worker._returned = True
         for number, handler in previous.items():
             signal.signal(number, handler)
