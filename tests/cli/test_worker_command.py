@@ -108,8 +108,8 @@ import os, signal, sys, threading, time
 from durable_swarm.durable import run_worker
 
 threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
-run_worker("_app:swarm", queue="on-q", database_url=sys.argv[1], shutdown_grace=0.5)
-time.sleep(2.0)  # well past the grace: the program goes on after the worker stopped
+run_worker("_app:swarm", queue="on-q", database_url=sys.argv[1], shutdown_grace=1.0)
+time.sleep(3.0)  # well past the grace: the program goes on after the worker stopped
 print("still here", flush=True)
 """
 

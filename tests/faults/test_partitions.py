@@ -4,9 +4,13 @@ SIGCONT of a worker inside a tool, and the database's clock jumping ahead."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +22,7 @@ import sqlalchemy as sa
 from _support.db import drop_database, new_database_name, postgres_execute, with_database
 from durable_swarm.durable import DurableClient, resolve_database_url
 from durable_swarm.durable._ownership import PROCESSES_TABLE, ProcessRegistry
+from durable_swarm.testing import FakeOpenAIServer
 
 from ._proxy import TcpProxy
 from .conftest import TIMEOUT, Model, Proc, starts, step_lines, wait_for, worker_settings
@@ -376,3 +381,39 @@ def test_a_worker_whose_run_is_in_a_long_tool_stops_within_its_grace_and_loses_n
     assert starts(work_dir, "g1") == 2  # at least once: its first call ended unrecorded
     assert model.arrivals("g1", 0) == 1
     assert again.terminate() == 0  # nothing in flight: a prompt, clean stop
+
+
+def test_a_worker_whose_output_is_gone_still_stops_within_its_grace(
+    start: Callable[..., Proc],
+    server: FakeOpenAIServer,
+    make_database_url: Callable[[str], str],
+    work_dir: Path,
+) -> None:
+    """The reader of the worker's output went away (`worker | tee` after Ctrl-C stops both):
+    the line naming what it leaves cannot be written, and the worker still exits after its
+    grace (still in its shutdown: its own 'stopped' line fails first)."""
+    url = make_database_url("pipe")
+    config = {**worker_settings(url, QUEUE, BEAT, DEAD), "shutdown_grace": 2.0}
+    env = {**os.environ, "DSW_FAKE_URL": server.base_url, "DSW_WORK_DIR": str(work_dir)}
+    worker = subprocess.Popen(
+        [sys.executable, "_serve.py", json.dumps(config)], cwd=Path(__file__).parent, env=env,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert worker.stdout is not None
+        assert b"serving queue" in worker.stdout.readline()
+        with DurableClient(url) as client:
+            (work_dir / "hold-o1").touch()
+            run_id = _ask(client, "o1")
+            wait_for(lambda: starts(work_dir, "o1") == 1, "o1 in its tool")
+            worker.stdout.close()
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(timeout=TIMEOUT) == 1
+            (work_dir / "hold-o1").unlink()
+            again = start("again", "_serve.py", **worker_settings(url, QUEUE, BEAT, DEAD))
+            again.wait_output("serving queue")
+            assert _answers(client, {"o1": run_id}) == {"o1": "done o1"}
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()

@@ -196,18 +196,26 @@ def _exit_after(grace: float, worker: Worker) -> None:
 
     def force() -> None:
         time.sleep(max(0.0, deadline - time.monotonic()))
-        if worker._returned and not _exiting():
+        # Just returned, the exit may be about to begin: look for a second before giving up.
+        for _ in range(20):
+            if not worker._returned or _exiting():
+                break
+            time.sleep(0.05)
+        else:
             return  # run_worker returned and the program goes on: not a stop that hangs
         left = ", ".join(running) or "none"
-        worker._say(
-            f"shutdown did not finish within {grace:g} s (runs executing here when it began: "
-            f"{left}; a step still running, or the database unreachable: DBOS retries it for "
-            "good). Exiting now with status 1, as a crash would: those runs stay unfinished in "
-            f"the database; a live process takes them over once executor "
-            f"{worker.executor_id!r} has been silent for {worker.dead_after:g} s, or this "
-            "worker resumes them when restarted with the same --executor-id."
-        )
-        os._exit(1)
+        try:
+            worker._say(
+                f"shutdown did not finish within {grace:g} s (runs executing here when it "
+                f"began: {left}; a step still running, or the database unreachable: DBOS "
+                "retries it for good). Exiting now with status 1, as a crash would: those runs "
+                "stay unfinished in the database; a live process takes them over (at once if "
+                f"executor {worker.executor_id!r} could mark itself stopped, else once it has "
+                f"been silent for {worker.dead_after:g} s), or this worker resumes them when "
+                "restarted with the same --executor-id."
+            )
+        finally:  # even when the output is gone (a closed pipe)
+            os._exit(1)
 
     threading.Thread(target=force, name="durable-swarm-exit", daemon=True).start()
 
@@ -293,7 +301,9 @@ def run_worker(
         worker.start()
         worker.serve()
     finally:
-        worker.shutdown()
-        worker._returned = True
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+        try:
+            worker.shutdown()
+        finally:
+            worker._returned = True
+            for number, handler in previous.items():
+                signal.signal(number, handler)
