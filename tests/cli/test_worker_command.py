@@ -124,3 +124,12 @@ def test_a_program_that_goes_on_after_run_worker_returns_is_not_ended_by_the_gra
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "still here" in result.stdout and "did not finish" not in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), "5", True])
+def test_run_worker_rejects_a_shutdown_grace_that_is_not_seconds(bad: Any) -> None:
+    from durable_swarm.durable import run_worker
+    from durable_swarm.errors import DurableSwarmError
+
+    with pytest.raises(DurableSwarmError, match="shutdown_grace must be a number of seconds"):
+        run_worker("_app:swarm", shutdown_grace=bad)

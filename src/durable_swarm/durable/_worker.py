@@ -270,7 +270,8 @@ def run_worker(
     `dead_after`) is not stopped: its runs went to another process, it records nothing more for
     them, registers again and serves new runs.
     """
-    if shutdown_grace is not None and not shutdown_grace >= 0:
+    seconds = isinstance(shutdown_grace, (int, float)) and not isinstance(shutdown_grace, bool)
+    if shutdown_grace is not None and not (seconds and shutdown_grace >= 0):
         raise DurableSwarmError(
             f"shutdown_grace must be a number of seconds >= 0 (or None), not {shutdown_grace!r}."
         )
