@@ -93,19 +93,24 @@ async def lookup(i: int) -> str:
     return f"result {i}: " + "x" * 40
 
 
-def make_agent() -> Agent:
-    """The benchmark agent; defined the same way in every process (recovery finds it by name)."""
+def make_agent(sync: bool = False) -> Agent:
+    """The benchmark agent; defined the same way in every process (recovery finds it by name).
+    `sync=True`: agent "bench_sync", whose tool is `lookup_sync`."""
+    if sync:
+        return Agent(name="bench_sync", model="bench-model", instructions="Answer.",
+                     functions=[lookup_sync])  # fmt: skip
     return Agent(name="bench", model="bench-model", instructions="Answer.", functions=[lookup])
 
 
 def tool_script(tool_steps: int) -> Any:
-    """A stateless script: the model calls `lookup` until `tool_steps` tool results are in the
-    conversation, then answers. A run makes `tool_steps + 1` model calls."""
+    """A stateless script: the model calls the agent's one tool (`lookup` or `lookup_sync`) until
+    `tool_steps` tool results are in the conversation, then answers. A run makes
+    `tool_steps + 1` model calls."""
 
     def script(messages: list[dict[str, Any]], tools: Any) -> Reply:
         done = sum(1 for m in messages if m.get("role") == "tool")
         if done < tool_steps:
-            return calls(ToolCall("lookup", {"i": done}))
+            return calls(ToolCall(tools[0]["function"]["name"], {"i": done}))
         return text(f"Done after {done} lookups.")
 
     return script
