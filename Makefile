@@ -86,7 +86,7 @@ bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/recovery.py --quick
 	$(BIN)/python benchmarks/workers.py --quick
 	$(BIN)/python benchmarks/storage.py --quick
-	$(BIN)/python benchmarks/waiting.py --quick --idle 5 --sample 5
+	$(BIN)/python benchmarks/waiting.py --quick --idle 2 --sample 3
 	$(BIN)/python benchmarks/mcp_tools.py --quick
 	$(BIN)/python benchmarks/console.py --quick
 	$(BIN)/python benchmarks/import_time.py --quick

@@ -209,7 +209,8 @@ def worker_main(args: argparse.Namespace) -> None:
             raise SystemExit(f"only {waiters} of {args.runs} runs were recovered")
         time.sleep(0.2)
     recovered = time.perf_counter() - start
-    time.sleep(SETTLE_SECONDS["postgresql" if args.db.startswith("postgresql") else "sqlite"])
+    settle = SETTLE_SECONDS["postgresql" if args.db.startswith("postgresql") else "sqlite"]
+    time.sleep(settle if args.settle is None else args.settle)
 
     xact0, queries0, cpu0, wall0 = (
         pg_transactions(args.db),
@@ -328,6 +329,8 @@ def measure(label: str, url: str, kind: str, args: argparse.Namespace) -> dict[s
     )
     worker_args = ["--role", "worker", *common, "--idle", str(args.idle)]
     worker_args += ["--sample", str(args.sample), "--poll-interval", str(args.poll_interval)]
+    if args.settle is not None:
+        worker_args += ["--settle", str(args.settle)]
     result = run_worker("waiting.py", worker_args, timeout=7200)
     return {**created, **result}
 
@@ -346,6 +349,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="100 runs instead of 10,000")
     parser.add_argument("--runs", type=int, help="how many waiting runs (default 10,000)")
     parser.add_argument("--idle", type=float, default=10.0, help="idle window, seconds")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        help="seconds between recovery and the idle window (default 3 on SQLite, 12 on "
+        "PostgreSQL; `--quick`: 1)",
+    )
     parser.add_argument("--sample", type=int, default=20, help="runs answered for latency")
     parser.add_argument(
         "--poll-interval",
@@ -368,6 +377,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.runs is None:
         args.runs = 100 if args.quick else 10_000
+    if args.quick and args.settle is None:
+        args.settle = 1.0
 
     if args.role == "create":
         asyncio.run(create_main(args))

@@ -34,7 +34,7 @@ processes): every SQL statement and HTTP call is a round trip between processes,
 thread hand-off inside a worker one more switch.
 
     .venv/bin/python benchmarks/workers.py            # window 15 s, 3 repeats
-    .venv/bin/python benchmarks/workers.py --quick    # window 4 s, 1 repeat
+    .venv/bin/python benchmarks/workers.py --quick    # window 2 s, 1 repeat (a smoke run)
 """
 
 from __future__ import annotations
@@ -372,7 +372,7 @@ def measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="window 4 s, 1 repeat")
+    parser.add_argument("--quick", action="store_true", help="window 2 s, 1 repeat")
     parser.add_argument("--window", type=float, help="seconds measured (default 15)")
     parser.add_argument("--warmup", type=float, help="seconds before the window (default 4)")
     parser.add_argument("--repeats", type=int, help="measurements of each kind (default 3)")
@@ -402,8 +402,8 @@ def main() -> None:
         serve_bare(args.db, args.queue, args.concurrency)
         return
 
-    window = args.window or (4.0 if args.quick else 15.0)
-    warmup = args.warmup or (2.0 if args.quick else 4.0)
+    window = args.window or (2.0 if args.quick else 15.0)
+    warmup = args.warmup or (1.0 if args.quick else 4.0)
     repeats = args.repeats or (1 if args.quick else 3)
     results: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     with (
