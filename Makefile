@@ -42,11 +42,12 @@ pytest: $(STAMP) browser
 
 # The slow fault-injection tests (real processes killed, paused, cut off from the database).
 # The missing-agent test checks "not failed after 60 s" (DURABLE_SWARM_TEST_MISSING_HORIZON
-# shortens it for a quick look by hand).
+# shortens it for a quick look by hand); it runs in a second pytest process beside the others,
+# which run one at a time (tests/faults/conftest.py).
 # The read-only SQLite test mounts a FUSE filesystem: Debian's libfuse3 is installed here when
 # missing and running as root; otherwise that test skips and says why (fails under CI).
 test-faults: $(STAMP) fuse
-	$(BIN)/pytest -q -m faults tests/faults
+	$(BIN)/pytest -q -m faults tests/faults -n 2 --dist loadgroup
 
 # The console's browser tests drive Debian's Chromium through Playwright (Playwright's own
 # browser download needs the network). Installed here when missing and running as root;

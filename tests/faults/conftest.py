@@ -30,10 +30,20 @@ HERE = Path(__file__).resolve().parent
 TIMEOUT = procs.TIMEOUT
 
 
+# `make test-faults` runs two pytest processes (`--dist loadgroup`): one runs every fault test,
+# one at a time, as timing-sensitive tests need; the other the missing-agent test alone, which
+# spends its minutes waiting out its horizon (idle processes: it takes little CPU from the rest).
+ALONGSIDE = "test_missing_agents.py"
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if Path(str(item.fspath)).parent == HERE:
+        path = Path(str(item.fspath))
+        if path.parent == HERE:
             item.add_marker(pytest.mark.faults)
+            group = "idle-horizon" if path.name == ALONGSIDE else "one-at-a-time"
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 class Model:
