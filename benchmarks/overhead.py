@@ -1,13 +1,13 @@
 """What one checkpoint costs: a durable run against the same run in memory and a bare DBOS workflow.
 
-The model is the in-process `AsyncScriptedClient` (no HTTP, no latency), so the figures are our
-overhead only. Scenario: the model calls a tool K times (default 10), one call per turn, then
+The model is an in-process scripted client (no HTTP, no latency), so the figures are our overhead
+only. Scenario: the model calls a tool K times (default 10), one call per turn, then
 answers: K + 1 model calls and K tool calls, i.e. 2K + 1 effects (steps when durable).
 
 Per run (median of many sequential runs, after a warm-up), on SQLite and on PostgreSQL, in two
 variants: an async model client with an async tool (`AsyncScriptedClient`, `lookup`), and a sync
 client with a sync tool (`ScriptedClient`, `lookup_sync`):
-  * memory:  `Swarm.arun`, per effect = time / effects;
+  * memory:  `Swarm.arun`, the same run without checkpoints;
   * durable: `DurableSwarm.arun`, per checkpoint = (durable - memory) / steps, where memory is
              the in-memory run of the same variant;
   * bare:    a bare DBOS workflow (same config, same JSON serializer, same input) running as many
@@ -49,38 +49,42 @@ from durable_swarm.testing import AsyncScriptedClient, ScriptedClient
 
 MESSAGES = [{"role": "user", "content": "Look things up, please."}]
 
-# What the bare workflow replays: the step outputs (and result) of one recorded durable run.
-PLAN: dict[str, Any] = {"steps": [], "result": None}
+# What the bare workflows replay: the step outputs (and result) of one recorded durable run of
+# each variant ("sync": sync client and tool, replayed as sync steps; "async": as async steps).
+PLANS: dict[str, dict[str, Any]] = {
+    variant: {"steps": [], "result": None} for variant in ("sync", "async")
+}
 
 
 @DBOS.workflow(name="bench.bare")
 async def bare_workflow(spec: dict[str, Any]) -> Any:
-    """As many sync steps as a durable run, each returning what the durable step returned."""
-    for name, output in PLAN["steps"]:
+    """As many sync steps as a durable run of the sync variant, each returning what the durable
+    step returned."""
+    for name, output in PLANS["sync"]["steps"]:
 
         def step(output: dict[str, Any] = output) -> dict[str, Any]:
             return output
 
         await DBOS.run_step_async({"name": name}, step)
-    return PLAN["result"]
+    return PLANS["sync"]["result"]
 
 
 @DBOS.workflow(name="bench.bare_async")
 async def bare_async_workflow(spec: dict[str, Any]) -> Any:
-    """The same with async steps."""
-    for name, output in PLAN["steps"]:
+    """The same with async steps, for a durable run of the async variant."""
+    for name, output in PLANS["async"]["steps"]:
 
         async def step(output: dict[str, Any] = output) -> dict[str, Any]:
             return output
 
         await DBOS.run_step_async({"name": name}, step)
-    return PLAN["result"]
+    return PLANS["async"]["result"]
 
 
 @DBOS.workflow(name="bench.empty")
 async def empty_workflow(spec: dict[str, Any]) -> Any:
     """No steps: the fixed cost of starting and finishing a workflow."""
-    return PLAN["result"]
+    return PLANS["async"]["result"]
 
 
 # (memory kind, durable kind, the bare kind that is its baseline): same client, tool and steps.
@@ -92,12 +96,13 @@ async def start_bare(workflow: Any, spec: dict[str, Any]) -> Any:
     return await handle.get_result()
 
 
-def record_plan(swarm: DurableSwarm, run_id: str) -> tuple[dict[str, Any], int]:
-    """Fill PLAN from a finished durable run; returns its input spec and its number of steps."""
+def record_plan(swarm: DurableSwarm, run_id: str, variant: str) -> tuple[dict[str, Any], int]:
+    """Fill `PLANS[variant]` from a finished durable run; returns its input spec and its number
+    of steps."""
     status = DBOS.get_workflow_status(run_id)
     assert status is not None
     steps = [(f"{s.kind}:{s.name}", s.output) for s in swarm.get_run(run_id).steps]
-    PLAN["steps"], PLAN["result"] = steps, status.output
+    PLANS[variant]["steps"], PLANS[variant]["result"] = steps, status.output
     return status.input["args"][0], len(steps)
 
 
@@ -195,11 +200,18 @@ async def measure_database(url: str, tool_steps: int, runs: int, warmup: int) ->
     memory_sync = Swarm(client=ScriptedClient(script))
     durable_sync = DurableSwarm(client=ScriptedClient(script), database_url=url)
 
-    first = await durable.arun(agent, MESSAGES, run_id="bench-plan")
-    check_response(first, tool_steps)
-    spec, steps = await asyncio.to_thread(record_plan, durable, "bench-plan")
     effects = 2 * tool_steps + 1
-    assert steps == effects, f"expected {effects} steps, the durable run logged {steps}"
+    specs: dict[str, dict[str, Any]] = {}
+    for variant, swarm, variant_agent in (
+        ("async", durable, agent),
+        ("sync", durable_sync, sync_agent),
+    ):
+        first = await swarm.arun(variant_agent, MESSAGES, run_id=f"bench-plan-{variant}")
+        finished(swarm, first, tool_steps)
+        specs[variant], steps = await asyncio.to_thread(
+            record_plan, swarm, f"bench-plan-{variant}", variant
+        )
+        assert steps == effects, f"expected {effects} steps, the {variant} run logged {steps}"
 
     async def run_memory() -> None:
         finished(memory, await memory.arun(agent, MESSAGES), tool_steps)
@@ -218,9 +230,9 @@ async def measure_database(url: str, tool_steps: int, runs: int, warmup: int) ->
         "durable": run_durable,
         "memory_sync": run_memory_sync,
         "durable_sync": run_durable_sync,
-        "bare": lambda: start_bare(bare_workflow, spec),
-        "bare_async": lambda: start_bare(bare_async_workflow, spec),
-        "empty": lambda: start_bare(empty_workflow, spec),
+        "bare": lambda: start_bare(bare_workflow, specs["sync"]),
+        "bare_async": lambda: start_bare(bare_async_workflow, specs["async"]),
+        "empty": lambda: start_bare(empty_workflow, specs["async"]),
     }
     times: dict[str, list[float]] = {kind: [] for kind in kinds}
     order = list(kinds)
@@ -308,8 +320,9 @@ def main() -> None:
                     f"{per_checkpoint / (r[bare] / n):.2f}x",
                     f"{r['per_round'][durable]:.2f}x",
                     f"{marginal / ((r[bare] - r['empty']) / n):.2f}x",
-                    f"{per_checkpoint / (r['bare'] / n):.2f}x",
-                    f"{(r[durable] - r['memory']) / r[bare]:.2f}x",
+                    # Each only where it differs from durable/bare ("-" where it is the same).
+                    f"{per_checkpoint / (r['bare'] / n):.2f}x" if bare != "bare" else "-",
+                    f"{(r[durable] - r['memory']) / r[bare]:.2f}x" if memory != "memory" else "-",
                 ]
             )
     print_table(

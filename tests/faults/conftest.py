@@ -39,7 +39,7 @@ ALONGSIDE = "test_missing_agents.py"
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        path = Path(str(item.fspath))
+        path = Path(item.path)
         if path.parent == HERE:
             item.add_marker(pytest.mark.faults)
             group = "idle-horizon" if path.name == ALONGSIDE else "one-at-a-time"
