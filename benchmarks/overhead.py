@@ -18,7 +18,10 @@ client with a sync tool (`ScriptedClient`, `lookup_sync`):
              record: dearer than a sync step). The baseline of the async variant, whose durable
              steps are async DBOS steps too; the ratio to a bare sync step is printed beside.
 The goal is durable per checkpoint <= 1.10 x bare per step. Kinds are interleaved round by round,
-so machine noise hits them alike; the median of each round's own ratio is printed too.
+so machine noise hits them alike; the median of each round's own ratio is printed too. After the
+timed rounds, 50 runs of each kind (5 with `--quick`) are counted: SQL statements, event-loop
+callbacks and garbage collections (`counting`), to show where a durable run does more than a
+bare one.
 
 Then the cost of OpenTelemetry tracing: an SDK tracer provider is set (a batch span processor
 whose exporter drops the spans, so export I/O is not counted) and memory and durable runs are
@@ -35,13 +38,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import time
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from _common import check_response, databases, make_agent, median, print_table, tool_script
 from dbos import DBOS
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 
 from durable_swarm import DurableSwarm, Swarm, tracing
 from durable_swarm.durable import shutdown
@@ -189,8 +196,62 @@ def trace_everything() -> None:
     assert tracing.enabled()
 
 
-async def measure_database(url: str, tool_steps: int, runs: int, warmup: int) -> dict[str, Any]:
-    """Median seconds per run of each kind on one database (interleaved rounds)."""
+@contextlib.contextmanager
+def counting() -> Iterator[Counter[str]]:
+    """Counts what the process does inside the block: SQL statements sent by any thread
+    (a SQLAlchemy `before_cursor_execute` hook), event-loop callbacks run (asyncio's
+    `Handle._run`, wrapped for the block) and garbage collections of any generation
+    (`gc.callbacks`)."""
+    counts: Counter[str] = Counter()
+
+    def statement(*args: Any) -> None:
+        counts["sql"] += 1
+
+    def collection(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            counts["collections"] += 1
+
+    original = asyncio.events.Handle._run
+
+    def run(handle: asyncio.Handle) -> None:
+        counts["callbacks"] += 1
+        original(handle)
+
+    event.listen(Engine, "before_cursor_execute", statement)
+    gc.callbacks.append(collection)
+    asyncio.events.Handle._run = run  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        asyncio.events.Handle._run = original  # type: ignore[method-assign]
+        gc.callbacks.remove(collection)
+        event.remove(Engine, "before_cursor_execute", statement)
+
+
+async def count_kinds(
+    kinds: dict[str, Callable[[], Awaitable[Any]]], runs: int
+) -> dict[str, dict[str, float]]:
+    """Per kind, `runs` runs one after another, counted (`counting`): SQL statements and loop
+    callbacks per run, collections per 100 runs."""
+    counted = {}
+    for kind, run in kinds.items():
+        gc.collect()
+        with counting() as counts:
+            for _ in range(runs):
+                await run()
+        counted[kind] = {
+            "sql": counts["sql"] / runs,
+            "callbacks": counts["callbacks"] / runs,
+            "collections": 100 * counts["collections"] / runs,
+        }
+    return counted
+
+
+async def measure_database(
+    url: str, tool_steps: int, runs: int, warmup: int, count_runs: int
+) -> dict[str, Any]:
+    """Median seconds per run of each kind on one database (interleaved rounds), then what
+    `count_runs` runs of each kind do, counted (`count_kinds`)."""
     script = tool_script(tool_steps)
     agent = make_agent()
     memory = Swarm(client=AsyncScriptedClient(script))
@@ -247,12 +308,13 @@ async def measure_database(url: str, tool_steps: int, runs: int, warmup: int) ->
     # Each round's own ratio, durable checkpoint / bare step of the same kind: a machine that
     # speeds up or slows down between rounds moves both sides of it alike.
     per_round = {}
-    for memory, durable, bare in VARIANTS:
-        rounds = zip(times[durable], times[memory], times[bare], strict=True)
-        per_round[durable] = median([(d - m) / b for d, m, b in rounds])
+    for memory_kind, durable_kind, bare_kind in VARIANTS:
+        rounds = zip(times[durable_kind], times[memory_kind], times[bare_kind], strict=True)
+        per_round[durable_kind] = median([(d - m) / b for d, m, b in rounds])
     return {
         "steps": steps,
         "per_round": per_round,
+        "counts": await count_kinds(kinds, count_runs),
         **{kind: median(values) for kind, values in times.items()},
     }
 
@@ -266,12 +328,15 @@ def main() -> None:
     args = parser.parse_args()
     runs = args.runs or (15 if args.quick else 200)
     warmup = 3 if args.quick else 20
+    count_runs = 5 if args.quick else 50
 
     results: dict[str, dict[str, Any]] = {}
     traced: dict[str, dict[str, Any]] = {}
     with databases(postgres=not args.no_postgres) as dbs:
         for label, url in dbs:
-            results[label] = asyncio.run(measure_database(url, args.tool_steps, runs, warmup))
+            results[label] = asyncio.run(
+                measure_database(url, args.tool_steps, runs, warmup, count_runs)
+            )
             shutdown()  # DBOS is one per process: stop it before launching on the next database
     trace_everything()
     with databases(postgres=not args.no_postgres) as dbs:  # fresh ones, as for the first part
@@ -349,6 +414,16 @@ def main() -> None:
         "(DBOS runs an async step in more thread hops than a sync one). 'with hops': "
         "(durable - memory async) / bare, i.e. the checkpoint with the thread hop a sync step "
         "takes (which the memory run with sync code takes too, and the first ratio subtracts)."
+    )
+    print_table(
+        f"Counted per run ({count_runs} runs of each kind, one after another, after the timed "
+        "rounds): SQL statements, event-loop callbacks, garbage collections per 100 runs",
+        ["database", "kind", "SQL statements", "loop callbacks", "collections / 100 runs"],
+        [
+            [db, kind, f"{c['sql']:.1f}", f"{c['callbacks']:.1f}", f"{c['collections']:.0f}"]
+            for db, r in results.items()
+            for kind, c in r["counts"].items()
+        ],
     )
     n = 2 * k + 1
     print_table(
