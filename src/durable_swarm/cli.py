@@ -84,16 +84,21 @@ def _number(text: str, convert: Callable[[str], T], kind: str) -> T:
         raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
 
 
-def _positive(text: str) -> float:
-    if (value := _number(text, float, "a number of seconds")) <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+def _seconds(text: str, *, zero: bool) -> float:
+    """A duration option: a number of seconds above 0 (`zero`: 0 or above)."""
+    value = _number(text, float, "a number of seconds")
+    if value < 0 or (value == 0 and not zero):
+        wanted = "0 or more seconds" if zero else "a positive number of seconds"
+        raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}")
     return value
+
+
+def _positive(text: str) -> float:
+    return _seconds(text, zero=False)
 
 
 def _non_negative(text: str) -> float:
-    if (value := _number(text, float, "a number of seconds")) < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 or more seconds, got {text!r}")
-    return value
+    return _seconds(text, zero=True)
 
 
 def _count(text: str) -> int:
