@@ -32,6 +32,7 @@ Colours only on a terminal, and never with NO_COLOR. Exit status: 0 done, 1 erro
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -85,9 +86,10 @@ def _number(text: str, convert: Callable[[str], T], kind: str) -> T:
 
 
 def _seconds(text: str, *, zero: bool) -> float:
-    """A duration option: a number of seconds above 0 (`zero`: 0 or above)."""
+    """A duration option: a number of seconds above 0 (`zero`: 0 or above); never NaN, which
+    `float` accepts and every comparison lets through."""
     value = _number(text, float, "a number of seconds")
-    if value < 0 or (value == 0 and not zero):
+    if math.isnan(value) or value < 0 or (value == 0 and not zero):
         wanted = "0 or more seconds" if zero else "a positive number of seconds"
         raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}")
     return value

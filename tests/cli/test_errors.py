@@ -41,6 +41,7 @@ MALFORMED = {
     "unknown action": (["runs", "explode"], "invalid choice: 'explode'"),
     "no command": ([], "the following arguments are required: COMMAND"),
     "zero interval": (["runs", "watch", "run-ok", "--interval", "0"], "positive number"),
+    "NaN timeout": (["runs", "watch", "run-ok", "--timeout", "nan"], "positive number"),
     "chat without agent": (["chat", "json"], "chat expects MODULE:AGENT"),
 }
 

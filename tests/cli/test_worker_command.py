@@ -83,7 +83,7 @@ def test_worker_command_rejects_a_poll_interval_that_is_not_a_positive_number() 
 def test_worker_command_rejects_a_negative_or_wordy_shutdown_grace(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    for bad in ("-1", "soon"):
+    for bad in ("-1", "soon", "nan"):
         with pytest.raises(SystemExit) as exited:
             main(["worker", "_app:swarm", "--shutdown-grace", bad])
         assert exited.value.code == 2
