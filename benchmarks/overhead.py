@@ -18,7 +18,8 @@ client with a sync tool (`ScriptedClient`, `lookup_sync`):
              record: dearer than a sync step). The baseline of the async variant, whose durable
              steps are async DBOS steps too; the ratio to a bare sync step is printed beside.
 The goal is durable per checkpoint <= 1.10 x bare per step. Kinds are interleaved round by round,
-so machine noise hits them alike; the median of each round's own ratio is printed too. After the
+so machine noise hits them alike; the median of each round's own ratio is printed too, and the
+same ratio in process CPU (every thread) instead of wall time. After the
 timed rounds, 50 runs of each kind (5 with `--quick`) are counted: SQL statements, event-loop
 callbacks and garbage collections (`counting`), to show where a durable run does more than a
 bare one.
@@ -125,6 +126,14 @@ async def timed(run: Callable[[], Awaitable[Any]]) -> float:
     start = time.perf_counter()
     await run()
     return time.perf_counter() - start
+
+
+async def timed_with_cpu(run: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
+    """Wall seconds and this process's CPU seconds (every thread: the event loop, DBOS's
+    executor, the library's pools) of one run."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    await run()
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 async def measure_traced(url: str, tool_steps: int, runs: int, warmup: int) -> dict[str, Any]:
@@ -296,13 +305,15 @@ async def measure_database(
         "empty": lambda: start_bare(empty_workflow, specs["async"]),
     }
     times: dict[str, list[float]] = {kind: [] for kind in kinds}
+    cpu: dict[str, list[float]] = {kind: [] for kind in kinds}
     order = list(kinds)
     for round_ in range(warmup + runs):
         order = order[1:] + order[:1]  # rotate, so no kind always follows the same one
         for kind in order:
-            elapsed = await timed(kinds[kind])
+            elapsed, used = await timed_with_cpu(kinds[kind])
             if round_ >= warmup:
                 times[kind].append(elapsed)
+                cpu[kind].append(used)
         if round_ % 20 == 0:
             gc.collect()  # keep full collections out of the timed runs as much as possible
     # Each round's own ratio, durable checkpoint / bare step of the same kind: a machine that
@@ -315,6 +326,7 @@ async def measure_database(
         "steps": steps,
         "per_round": per_round,
         "counts": await count_kinds(kinds, count_runs),
+        "cpu": {kind: median(values) for kind, values in cpu.items()},
         **{kind: median(values) for kind, values in times.items()},
     }
 
@@ -388,6 +400,7 @@ def main() -> None:
                     # Each only where it differs from durable/bare ("-" where it is the same).
                     f"{per_checkpoint / (r['bare'] / n):.2f}x" if bare != "bare" else "-",
                     f"{(r[durable] - r['memory']) / r[bare]:.2f}x" if memory != "memory" else "-",
+                    f"{(r['cpu'][durable] - r['cpu'][memory]) / r['cpu'][bare]:.2f}x",
                 ]
             )
     print_table(
@@ -403,6 +416,7 @@ def main() -> None:
             "ratio w/o wf",
             "durable/bare sync",
             "with hops",
+            "CPU",
         ],
         rows,
     )
@@ -413,7 +427,8 @@ def main() -> None:
         "'durable/bare sync': every checkpoint against a bare sync step, whatever its kind "
         "(DBOS runs an async step in more thread hops than a sync one). 'with hops': "
         "(durable - memory async) / bare, i.e. the checkpoint with the thread hop a sync step "
-        "takes (which the memory run with sync code takes too, and the first ratio subtracts)."
+        "takes (which the memory run with sync code takes too, and the first ratio subtracts). "
+        "'CPU': durable/bare in process CPU (every thread) instead of wall time, median per run."
     )
     print_table(
         f"Counted per run ({count_runs} runs of each kind, one after another, after the timed "
