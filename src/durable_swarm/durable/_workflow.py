@@ -301,13 +301,28 @@ def user_code_failed(error: BaseException, run_id: str, what: str) -> DurableSwa
 @contextlib.contextmanager
 def user_code(run_id: str, what: str) -> Iterator[None]:
     """Run the block's user code (`what`): a BaseException from it that would escape the run
-    (see `_escapes`) fails the run instead, with `user_code_failed`'s error."""
+    (see `_escapes`) fails the run instead, with `user_code_failed`'s error.
+
+    One is let through: the GeneratorExit that `close()` throws into the coroutine running the
+    block when that coroutine is dropped from outside (its task garbage-collected while
+    pending): the user's code did not fail, and turning it into an error would have DBOS record
+    the step as failed. It is told from a GeneratorExit the user's code raises by the task
+    running when it arrives: not the task that entered the block."""
+    owner = _current_task()
     try:
         yield
     except BaseException as e:
-        if not _escapes(e):
+        if not _escapes(e) or (
+            isinstance(e, GeneratorExit) and owner is not None and _current_task() is not owner
+        ):
             raise
         raise user_code_failed(e, run_id, what) from None
+
+
+def _current_task() -> asyncio.Task[Any] | None:
+    """The task running in this thread's event loop, None outside one."""
+    loop = asyncio._get_running_loop()
+    return None if loop is None else asyncio.current_task(loop)
 
 
 def _restored(before: dict[str, str]) -> dict[str, Any]:
