@@ -15,10 +15,15 @@ from durable_swarm.durable._workflow import user_code
 from durable_swarm.errors import DurableSwarmError
 
 
-async def _waits_in_user_code(entered: asyncio.Event) -> None:
-    with user_code("run-1", "Tool 'slow'"):
-        entered.set()
-        await asyncio.sleep(3600)
+async def _waits_in_user_code(entered: asyncio.Event, ended: list[str] | None = None) -> None:
+    try:
+        with user_code("run-1", "Tool 'slow'"):
+            entered.set()
+            await asyncio.sleep(3600)
+    except BaseException as e:
+        if ended is not None:
+            ended.append(type(e).__name__)
+        raise
 
 
 def test_generator_exit_raised_by_user_code_fails_the_run() -> None:
@@ -49,10 +54,12 @@ def test_a_pending_task_dropped_with_its_loop_closes_quietly(monkeypatch: Any) -
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
     loop = asyncio.new_event_loop()
     entered = asyncio.Event()
-    task = loop.create_task(_waits_in_user_code(entered))
+    ended: list[str] = []
+    task = loop.create_task(_waits_in_user_code(entered, ended))
     loop.run_until_complete(entered.wait())
     loop.close()  # not run again, its task never cancelled: the garbage collector closes it
     del task
     gc.collect()
+    assert ended == ["GeneratorExit"]  # the coroutine was closed, and saw it as it was thrown
     errors = [u.exc_value for u in unraisable if isinstance(u.exc_value, DurableSwarmError)]
     assert errors == []
