@@ -19,10 +19,9 @@ client with a sync tool (`ScriptedClient`, `lookup_sync`):
              steps are async DBOS steps too; the ratio to a bare sync step is printed beside.
 The goal is durable per checkpoint <= 1.10 x bare per step. Kinds are interleaved round by round,
 so machine noise hits them alike; the median of each round's own ratio is printed too, and the
-same ratio in process CPU (every thread) instead of wall time. After the
-timed rounds, 50 runs of each kind (5 with `--quick`) are counted: SQL statements, event-loop
-callbacks and garbage collections (`counting`), to show where a durable run does more than a
-bare one.
+same ratio in process CPU (every thread) instead of wall time. After the timed rounds, 50 runs of
+each kind (5 with `--quick`) are counted: SQL statements, event-loop callbacks and garbage
+collections (`counting`), to show where a durable run does more than a bare one.
 
 Then the cost of OpenTelemetry tracing: an SDK tracer provider is set (a batch span processor
 whose exporter drops the spans, so export I/O is not counted) and memory and durable runs are
