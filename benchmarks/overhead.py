@@ -121,12 +121,6 @@ def finished(swarm: Any, response: Any, tool_steps: int) -> None:
     swarm.client.requests.clear()
 
 
-async def timed(run: Callable[[], Awaitable[Any]]) -> float:
-    start = time.perf_counter()
-    await run()
-    return time.perf_counter() - start
-
-
 async def timed_with_cpu(run: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
     """Wall seconds and this process's CPU seconds (every thread: the event loop, DBOS's
     executor, the library's pools) of one run."""
@@ -161,7 +155,7 @@ async def measure_traced(url: str, tool_steps: int, runs: int, warmup: int) -> d
         order = order[1:] + order[:1]
         for kind in order:
             run, SAMPLER.record = kinds[kind]
-            elapsed = await timed(run)
+            elapsed, _ = await timed_with_cpu(run)
             if round_ >= warmup:
                 times[kind].append(elapsed)
         if round_ % 20 == 0:
