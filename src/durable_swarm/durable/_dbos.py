@@ -40,6 +40,7 @@ __all__ = [
     "run_status",
     "running_runs",
     "shutdown",
+    "slot_given_back",
     "starting_on",
 ]
 
@@ -292,6 +293,19 @@ def hand_back(run_id: str) -> bool:
         if not handed and wakeups is not None:
             wakeups.release_hold(run_id)
     return handed
+
+
+@contextlib.contextmanager
+def slot_given_back(run_id: str) -> Iterator[None]:
+    """While the block runs (`run_id` waits for a person), the run holds no slot of its queue's
+    per-worker concurrency in this process, and the queue takes its next run at once (see
+    `_wakeup`). Without the library's wake-ups (another DBOS version), the run keeps its slot."""
+    wakeups: Wakeups | None = getattr(_instance(), "_durable_swarm_wakeups", None)
+    if wakeups is None:
+        yield
+        return
+    with wakeups.parked(run_id):
+        yield
 
 
 def running_runs() -> list[str]:

@@ -12,7 +12,15 @@ DBOS instance, before launch:
 * a run of a queue leaving DBOS's set of active runs here (its slot is free, in DBOS's own count)
   wakes that queue's thread, which then takes runs through DBOS's own dequeue, limits included;
   a run handed back to its queue for another process (`_dbos.hand_back`) wakes nothing, or this
-  process would take it right back.
+  process would take it right back;
+* a run waiting for a person (`Wakeups.parked`, around its `watch:<kind>` step) does not count
+  against its queue's per-worker concurrency while it waits, and its queue's thread is woken
+  as for a finished run: a worker's slots go to runs that execute, not to conversations that
+  wait hours for an answer. The answer takes the slot back, even if the worker has filled it
+  meanwhile (it then runs one more than its limit until a run ends). A queue-wide limit
+  (`concurrency`, which DBOS counts from the database) still counts waiting runs.
+DBOS counts a queue's active runs by scanning all of them at every look at every queue (1.5
+ms per look with 10,000 waiting runs here); the replacement set keeps a count per queue.
 
 A queue with limits shared across processes (a global concurrency or a rate limit) gets no
 wake-ups: DBOS claims from it in a stricter transaction and backs off its polls while claims
@@ -31,9 +39,12 @@ as configured.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import logging
 import threading
+from collections import Counter
+from collections.abc import Iterator
 from typing import Any, cast
 
 __all__ = ["Wakeups", "install", "supported"]
@@ -60,9 +71,10 @@ def supported() -> bool:
     import dbos._core as core
     import dbos._queue as queue
 
-    return callable(getattr(queue, "queue_worker_thread", None)) and hasattr(
-        core.ActiveWorkflowById, "_remove"
-    )
+    needed = ("add", "_remove", "count_for_queue", "count_for_partition")
+    active = core.ActiveWorkflowById
+    queue_thread = getattr(queue, "queue_worker_thread", None)
+    return callable(queue_thread) and all(hasattr(active, name) for name in needed)
 
 
 class _Waker:
@@ -111,14 +123,62 @@ class _Waker:
         return self._stop.is_set()
 
 
+Bucket = tuple[str, "str | None"]  # DBOS's (queue name, partition key) of an active run
+
+
 class Wakeups:
-    """The queue threads of one DBOS instance, by queue name, and the wake-ups they get."""
+    """The queue threads of one DBOS instance, by queue name, the wake-ups they get, and the
+    runs of this process that wait for a person (they hold no slot of their queue)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._wakers: dict[str, _Waker] = {}
         self._held: set[str] = set()
         self._open = False
+        self._active: Any = None  # the instance's `ActiveRuns`, set by `install`
+        self._parked: dict[str, list[Bucket | None]] = {}  # run id -> what each wait freed
+        self._parked_queues: Counter[str] = Counter()
+        self._parked_buckets: Counter[Bucket] = Counter()
+
+    @contextlib.contextmanager
+    def parked(self, run_id: str) -> Iterator[None]:
+        """While the block runs (a run waiting for a person), `run_id` does not count against
+        the per-worker concurrency of its queue here, and that queue's thread is woken: the
+        slot goes to the next queued run. Each block frees one of the run's executions here
+        (DBOS may run a run twice in one process for a moment: a re-dispatch beside a stale
+        execution); a block beyond the run's executions, or of a run without a queue, frees
+        nothing and wakes nothing."""
+        executions = self._active.buckets_of(run_id) if self._active is not None else []
+        with self._lock:
+            freed = self._parked.setdefault(run_id, [])
+            unfreed = list(executions)
+            for bucket in freed:
+                if bucket in unfreed:
+                    unfreed.remove(bucket)
+            bucket = unfreed[0] if unfreed else None
+            freed.append(bucket)
+            if bucket is not None:
+                self._parked_queues[bucket[0]] += 1
+                self._parked_buckets[bucket] += 1
+        if bucket is not None:
+            self.wake(bucket[0])
+        try:
+            yield
+        finally:
+            with self._lock:
+                freed = self._parked[run_id]
+                freed.remove(bucket)
+                if not freed:
+                    del self._parked[run_id]
+                if bucket is not None:
+                    self._parked_queues[bucket[0]] -= 1
+                    self._parked_buckets[bucket] -= 1
+
+    def parked_on(self, queue: str, partition: str | None = None, *, whole: bool = True) -> int:
+        """How many runs of `queue` (of its partition `partition` unless `whole`) wait for a
+        person here."""
+        with self._lock:
+            return self._parked_queues[queue] if whole else self._parked_buckets[(queue, partition)]
 
     def add(self, queue: str, stop: threading.Event, wakeable: bool = True) -> _Waker:
         """A waker for the (new) thread of `queue`; it looks at once if `open` was called.
@@ -229,16 +289,59 @@ def install(dbos: Any) -> Wakeups | None:
     active = dbos._active_workflows_set
 
     class ActiveRuns(core.ActiveWorkflowById):
-        """DBOS's set of runs executing here, waking a run's queue thread when it leaves."""
+        """DBOS's set of runs executing here, waking a run's queue thread when it leaves,
+        counting its runs per queue as they come and go, and leaving out of that count the
+        runs that wait for a person."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self._queues: Counter[str] = Counter()  # active runs by queue
+            self._buckets: Counter[Bucket] = Counter()  # and by (queue, partition)
+
+        def add(
+            self, key: str, queue_name: str | None = None, queue_partition_key: str | None = None
+        ) -> Any:
+            entry = super().add(key, queue_name, queue_partition_key)
+            if queue_name is not None:
+                with self._lock:
+                    self._queues[queue_name] += 1
+                    self._buckets[(queue_name, queue_partition_key)] += 1
+            return entry
 
         def _remove(self, key: str, bucket: Any) -> None:
             super()._remove(key, bucket)
+            if bucket is not None:
+                with self._lock:
+                    self._queues[bucket[0]] -= 1
+                    self._buckets[bucket] -= 1
             wakeups._released(key, bucket[0] if bucket is not None else None)
+
+        def count_for_queue(self, queue_name: str) -> int:
+            with self._lock:
+                running = self._queues[queue_name]
+            return max(0, running - wakeups.parked_on(queue_name))
+
+        def count_for_partition(self, queue_name: str, queue_partition_key: str | None) -> int:
+            with self._lock:
+                running = self._buckets[(queue_name, queue_partition_key)]
+            parked = wakeups.parked_on(queue_name, queue_partition_key, whole=False)
+            return max(0, running - parked)
+
+        def buckets_of(self, key: str) -> list[Bucket]:
+            """The queues (and partitions) of `key`'s executions here; none without a queue."""
+            with self._lock:
+                return [b for b in self._m.get(key, ()) if b is not None]
 
     replacement = ActiveRuns()
     with active._lock:
         replacement._m = active._m
+        for buckets in active._m.values():
+            for bucket in buckets:
+                if bucket is not None:
+                    replacement._queues[bucket[0]] += 1
+                    replacement._buckets[bucket] += 1
     dbos._active_workflows_set = replacement
+    wakeups._active = replacement
     dbos._durable_swarm_wakeups = wakeups
     _install_queue_thread()
     return wakeups

@@ -527,8 +527,10 @@ class DurableRuntime:
 
     async def _answered(self, effect: WaitForInput) -> None:
         """The body of a `watch:<kind>` step: returns once an answer is in the database (this
-        process's `WaitWatcher` sees it); the run then takes it with `DBOS.recv`."""
-        await watcher_for(_dbos.system_database()).wait(self.run_id, effect.kind)
+        process's `WaitWatcher` sees it); the run then takes it with `DBOS.recv`. Meanwhile the
+        run holds no slot of its worker (`_dbos.slot_given_back`)."""
+        with _dbos.slot_given_back(self.run_id):
+            await watcher_for(_dbos.system_database()).wait(self.run_id, effect.kind)
 
     async def arecord(self, effect: Transition) -> None:
         """A handoff, recorded as a step of its own (visible in the run's timeline)."""
