@@ -10,12 +10,19 @@ wake the queue at once, as a finished run's does.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import threading
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
-from durable_swarm.durable import DurableClient
+from dbos._core import ActiveWorkflowById
 
-from .conftest import TIMEOUT, WorkerProcess, wait_for
+from durable_swarm.durable import DurableClient
+from durable_swarm.durable._wakeup import _execution, install
+
+from .conftest import TIMEOUT, Model, WorkerProcess, wait_for
 from .test_wakeup import most_at_once
 
 QUEUE = "slots"
@@ -64,23 +71,41 @@ def test_waiting_runs_free_their_slots_and_take_one_again_when_answered(
     assert worker.terminate() == 0
 
 
+def test_an_answer_that_arrives_while_the_worker_is_full_waits_for_a_slot(
+    start_worker: Callable[..., WorkerProcess],
+    make_database_url: Callable[..., str],
+    model: Model,
+) -> None:
+    url = make_database_url("full")
+    settings = {"database_url": url, "queue": QUEUE, "concurrency": 1, "poll_interval": LONG_POLL}
+    assert start_worker("full-setup", **settings).wait_ready().terminate() == 0
+    slow, model.slow_seconds = model.slow_seconds, 3.0
+    try:
+        with DurableClient(url) as client:
+            asking = client.start("Helper", user("ask f1"), queue=QUEUE)
+            busy = client.start("Helper", user("slow f2"), queue=QUEUE)
+            worker = start_worker("full", **settings).wait_ready()
+            wait_for(lambda: client.get_run(asking.run_id).waiting_for, "the question")
+            wait_for(lambda: model.arrivals("slow", "f2", 0), "the slow run to call the model")
+            client.send_input(asking.run_id, "Ada")  # while the one slot is busy
+            assert asking.result(timeout=TIMEOUT).messages[-1]["content"] == "ask: Ada"
+            assert busy.result(timeout=TIMEOUT).messages[-1]["content"] == "slow f2"
+            steps = {h.run_id: client.get_run(h.run_id).steps for h in (asking, busy)}
+    finally:
+        model.slow_seconds = slow
+    busy_ended = max(s.completed_at for s in steps[busy.run_id] if s.completed_at is not None)
+    resumed = [s for s in steps[asking.run_id] if s.kind == "model"][-1]
+    assert resumed.started_at is not None and resumed.started_at >= busy_ended
+    assert worker.terminate() == 0
+
+
 def test_the_active_set_counts_per_queue_and_leaves_out_the_runs_waiting_for_a_person() -> None:
-    from types import SimpleNamespace
-
-    from dbos._core import ActiveWorkflowById
-
-    from durable_swarm.durable._wakeup import install
-
     instance = SimpleNamespace(_active_workflows_set=ActiveWorkflowById())
     wakeups = install(instance)
     assert wakeups is not None
     woken: list[str] = []
     wakeups.wake = woken.append  # type: ignore[method-assign]
     active = instance._active_workflows_set
-    a = active.add("a", "q")
-    b = active.add("b", "q", "p1")
-    active.add("c", "other")
-    active.add("d")  # no queue (DurableSwarm.run, a sub-agent): counted nowhere
 
     def counts() -> tuple[int, int, int, int]:
         return (
@@ -90,21 +115,95 @@ def test_the_active_set_counts_per_queue_and_leaves_out_the_runs_waiting_for_a_p
             active.count_for_queue("other"),
         )
 
-    assert counts() == (2, 1, 1, 1)
-    with wakeups.parked("b"):
+    async def scenario() -> None:
+        # Each execution registers in its own task, as DBOS's workflows do; a step's task
+        # inherits it.
+        async def execution(run_id: str, *queue: str | None) -> Any:
+            return active.add(run_id, *queue)
+
+        a = await asyncio.create_task(execution("a", "q"))
+        b = await asyncio.create_task(execution("b", "q", "p1"))
+        await asyncio.create_task(execution("c", "other"))
+        d = await asyncio.create_task(execution("d"))  # no queue (a sub-agent): counted nowhere
+        assert counts() == (2, 1, 1, 1)
+
+        async def wait_for_person(run_id: str, execution: Any, answer: asyncio.Event) -> None:
+            async def step() -> None:
+                async with wakeups.parked(run_id):
+                    await answer.wait()
+
+            # the step runs in a task of the execution's own (its context)
+            context = contextvars.copy_context()
+            context.run(_execution.set, execution)
+            await asyncio.get_running_loop().create_task(step(), context=context)
+
+        answer_b = asyncio.Event()
+        waiting_b = asyncio.create_task(wait_for_person("b", b, answer_b))
+        await asyncio.sleep(0.01)
         assert woken == ["q"]  # the slot is free: its queue looks at once
         assert counts() == (1, 0, 1, 1)
-        with wakeups.parked("b"):  # the run has one execution here: nothing more to free
+        # a second wait of the same execution, or one of a run without a queue, frees nothing
+        for run_id, execution_ in (("b", b), ("d", d)):
+            answered = asyncio.Event()
+            answered.set()
+            await wait_for_person(run_id, execution_, answered)
             assert counts() == (1, 0, 1, 1) and woken == ["q"]
-        with wakeups.parked("d"):  # a run without a queue frees no slot and wakes nothing
-            assert counts() == (1, 0, 1, 1) and woken == ["q"]
-        second = active.add("b", "q", "p1")  # DBOS runs it twice here a moment (a re-dispatch)
-        assert counts() == (2, 1, 1, 1)
-        with wakeups.parked("b"):  # and the second execution waits too
-            assert counts() == (1, 0, 1, 1) and woken == ["q", "q"]
-        second.release()
-    assert counts() == (2, 1, 1, 1)
-    a.release()
-    b.release()
-    assert counts() == (0, 0, 0, 1)
-    assert woken == ["q", "q", "q", "q", "q"]  # each run of the queue that ends wakes it too
+        # DBOS runs b a second time here (a re-dispatch on its internal queue): that execution
+        # waiting frees its own slot, not the first's
+        again = await asyncio.create_task(execution("b", "_dbos_internal_queue"))
+        answer_again = asyncio.Event()
+        waiting_again = asyncio.create_task(wait_for_person("b", again, answer_again))
+        await asyncio.sleep(0.01)
+        assert counts() == (1, 0, 1, 1) and active.count_for_queue("_dbos_internal_queue") == 0
+        b.release()  # the first execution ends while it waits: counted once, not twice
+        assert counts() == (1, 0, 1, 1) and woken == ["q", "_dbos_internal_queue", "q"]
+        answer_b.set()
+        await waiting_b  # nothing left to take back
+        assert counts() == (1, 0, 1, 1)
+        answer_again.set()
+        await waiting_again  # no limit on that queue here: back at once
+        assert active.count_for_queue("_dbos_internal_queue") == 1
+        again.release()
+        a.release()
+        assert counts() == (0, 0, 0, 1)
+
+    asyncio.run(scenario())
+
+
+def test_an_answered_run_takes_its_slot_back_only_when_the_worker_has_room() -> None:
+    instance = SimpleNamespace(_active_workflows_set=ActiveWorkflowById())
+    wakeups = install(instance)
+    assert wakeups is not None
+    woken: list[str] = []
+    wakeups.wake = woken.append  # type: ignore[method-assign]
+    wakeups.add("q", threading.Event(), limit=1)  # the worker serves q, one run at a time
+    active = instance._active_workflows_set
+
+    async def scenario() -> None:
+        first = active.add("first", "q")
+        answer = asyncio.Event()
+        resumed = asyncio.Event()
+
+        async def waits() -> None:
+            async with wakeups.parked("first"):
+                await answer.wait()
+            resumed.set()
+
+        context = contextvars.copy_context()
+        context.run(_execution.set, first)
+        task = asyncio.get_running_loop().create_task(waits(), context=context)
+        await asyncio.sleep(0.01)
+        assert woken == ["q"] and active.count_for_queue("q") == 0
+        second = active.add("second", "q")  # the queue gave the slot to another run
+        answer.set()
+        await asyncio.sleep(0.05)
+        assert not resumed.is_set()  # full: the answered run waits for the slot
+        assert active.count_for_queue("q") == 1
+        second.release()  # the slot goes to the answered run, not to a new run from the queue
+        await asyncio.wait_for(resumed.wait(), 5)
+        assert woken == ["q"] and active.count_for_queue("q") == 1
+        await task
+        first.release()
+        assert woken == ["q", "q"] and active.count_for_queue("q") == 0
+
+    asyncio.run(scenario())

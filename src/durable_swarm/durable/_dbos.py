@@ -9,7 +9,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 import dbos._dbos as dbos_internals
@@ -295,16 +295,18 @@ def hand_back(run_id: str) -> bool:
     return handed
 
 
-@contextlib.contextmanager
-def slot_given_back(run_id: str) -> Iterator[None]:
+@contextlib.asynccontextmanager
+async def slot_given_back(run_id: str) -> AsyncIterator[None]:
     """While the block runs (`run_id` waits for a person), the run holds no slot of its queue's
-    per-worker concurrency in this process, and the queue takes its next run at once (see
-    `_wakeup`). Without the library's wake-ups (another DBOS version), the run keeps its slot."""
+    per-worker concurrency in this process, and the slot goes to the next run; when the block
+    ends, the run takes a slot back, waiting for one if the worker is full (see
+    `_wakeup.Wakeups.parked`). Without the library's wake-ups (another DBOS version), the run
+    keeps its slot."""
     wakeups: Wakeups | None = getattr(_instance(), "_durable_swarm_wakeups", None)
     if wakeups is None:
         yield
         return
-    with wakeups.parked(run_id):
+    async with wakeups.parked(run_id):
         yield
 
 

@@ -14,11 +14,14 @@ DBOS instance, before launch:
   a run handed back to its queue for another process (`_dbos.hand_back`) wakes nothing, or this
   process would take it right back;
 * a run waiting for a person (`Wakeups.parked`, around its `watch:<kind>` step) does not count
-  against its queue's per-worker concurrency while it waits, and its queue's thread is woken
-  as for a finished run: a worker's slots go to runs that execute, not to conversations that
-  wait hours for an answer. The answer takes the slot back, even if the worker has filled it
-  meanwhile (it then runs one more than its limit until a run ends). A queue-wide limit
-  (`concurrency`, which DBOS counts from the database) still counts waiting runs.
+  against its queue's per-worker concurrency while it waits, and its slot goes to the next run
+  as a finished run's does: a worker's slots go to runs that execute, not to conversations
+  that wait hours for an answer. Once answered, the run takes a slot back before it goes on,
+  waiting for one if the worker is full; a slot that frees goes to such a run first. A
+  queue-wide limit (`concurrency`, which DBOS counts from the database) still counts waiting
+  runs. Which execution waits is known from the task (a context variable set where DBOS
+  registers the execution), so a run that DBOS runs twice here for a moment (a re-dispatch
+  beside a stale execution) frees the right slot.
 DBOS counts a queue's active runs by scanning all of them at every look at every queue (1.5
 ms per look with 10,000 waiting runs here); the replacement set keeps a count per queue.
 
@@ -27,11 +30,12 @@ wake-ups: DBOS claims from it in a stricter transaction and backs off its polls 
 conflict, which wake-ups would bypass. Nothing else changes: a wake-up is one more of DBOS's
 own polls, so its concurrency limits, its ownership tokens and the project's ownership gate
 (`_ownership.gate_queues`: no queue work while this process's ownership is not confirmed)
-apply as before. Wake-ups only follow finished runs, so an idle process polls exactly as often
-as before. Wake-ups that arrive while the thread is dequeuing coalesce into one more look.
-No thread looks at its queue before `open` is called (after the ownership gate is in place:
-DBOS starts its queue threads during its launch, before the gate wraps its dequeue); each then
-looks at once, so a starting worker does not wait one poll for work.
+apply as before. Wake-ups only follow runs that end or start waiting for a person, so an idle
+process polls exactly as often as before. Wake-ups that arrive while the thread is dequeuing
+coalesce into one more look. No thread looks at its queue before `open` is called (after the
+ownership gate is in place: DBOS starts its queue threads during its launch, before the gate
+wraps its dequeue); each then looks at once, so a starting worker does not wait one poll for
+work.
 
 On another DBOS version (its internals may differ) nothing is installed and queues are polled
 as configured.
@@ -39,12 +43,14 @@ as configured.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
 import importlib.metadata
 import logging
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 __all__ = ["Wakeups", "install", "supported"]
@@ -72,9 +78,14 @@ def supported() -> bool:
     import dbos._queue as queue
 
     needed = ("add", "_remove", "count_for_queue", "count_for_partition")
-    active = core.ActiveWorkflowById
+    active, entry = core.ActiveWorkflowById, getattr(core, "ActiveWorkflowEntry", None)
     queue_thread = getattr(queue, "queue_worker_thread", None)
-    return callable(queue_thread) and all(hasattr(active, name) for name in needed)
+    return (
+        callable(queue_thread)
+        and entry is not None
+        and callable(getattr(entry, "release", None))
+        and all(hasattr(active, name) for name in needed)
+    )
 
 
 class _Waker:
@@ -125,10 +136,14 @@ class _Waker:
 
 Bucket = tuple[str, "str | None"]  # DBOS's (queue name, partition key) of an active run
 
+# The execution of a run that the current task belongs to: set by `ActiveRuns.add` in the task
+# that runs the workflow, inherited by the tasks of its steps.
+_execution: contextvars.ContextVar[Any] = contextvars.ContextVar("durable_swarm_execution")
+
 
 class Wakeups:
     """The queue threads of one DBOS instance, by queue name, the wake-ups they get, and the
-    runs of this process that wait for a person (they hold no slot of their queue)."""
+    slots that runs waiting for a person give back (see `parked`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -136,56 +151,79 @@ class Wakeups:
         self._held: set[str] = set()
         self._open = False
         self._active: Any = None  # the instance's `ActiveRuns`, set by `install`
-        self._parked: dict[str, list[Bucket | None]] = {}  # run id -> what each wait freed
-        self._parked_queues: Counter[str] = Counter()
-        self._parked_buckets: Counter[Bucket] = Counter()
+        self._limits: dict[str, int] = {}  # per-worker concurrency of the queues listened to
+        # answered runs waiting to take a slot back, per queue, first come first served
+        self._returning: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]]
+        self._returning = {}
 
-    @contextlib.contextmanager
-    def parked(self, run_id: str) -> Iterator[None]:
-        """While the block runs (a run waiting for a person), `run_id` does not count against
-        the per-worker concurrency of its queue here, and that queue's thread is woken: the
-        slot goes to the next queued run. Each block frees one of the run's executions here
-        (DBOS may run a run twice in one process for a moment: a re-dispatch beside a stale
-        execution); a block beyond the run's executions, or of a run without a queue, frees
-        nothing and wakes nothing."""
-        executions = self._active.buckets_of(run_id) if self._active is not None else []
-        with self._lock:
-            freed = self._parked.setdefault(run_id, [])
-            unfreed = list(executions)
-            for bucket in freed:
-                if bucket in unfreed:
-                    unfreed.remove(bucket)
-            bucket = unfreed[0] if unfreed else None
-            freed.append(bucket)
-            if bucket is not None:
-                self._parked_queues[bucket[0]] += 1
-                self._parked_buckets[bucket] += 1
-        if bucket is not None:
-            self.wake(bucket[0])
-        try:
+    @contextlib.asynccontextmanager
+    async def parked(self, run_id: str) -> AsyncIterator[None]:
+        """While the block runs (the run waits for a person), the current execution of `run_id`
+        does not count against its queue's per-worker concurrency here, and its slot goes to
+        the next run: an answered run waiting for a slot (see below), else the queue's thread
+        is woken. When the block ends normally (the answer is in), the run takes a slot back
+        before it goes on: at once if the worker has room, else when one of the queue's runs
+        here ends or starts to wait, before the queue takes a new run. A block that raises
+        (the run was cancelled, the process stops) gives the slot back at once. A run without
+        a queue, or waiting in a task that is not its workflow's, frees nothing."""
+        execution = _execution.get(None)
+        active = self._active
+        if active is None or execution is None or not active.park(execution, run_id):
             yield
+            return
+        queue = execution.queue
+        try:
+            self._slot_freed(queue)
+            yield
+            await self._slot_back(queue)
         finally:
+            active.unpark(execution)
+
+    async def _slot_back(self, queue: str) -> None:
+        """Return once the worker runs fewer than its limit of `queue`'s runs here."""
+        limit = self._limits.get(queue)
+        if limit is None:
+            return
+        loop = asyncio.get_running_loop()
+        while True:
+            # Registered before the look, so a slot freed in between is not missed.
+            waiter = (loop, loop.create_future())
             with self._lock:
-                freed = self._parked[run_id]
-                freed.remove(bucket)
-                if not freed:
-                    del self._parked[run_id]
-                if bucket is not None:
-                    self._parked_queues[bucket[0]] -= 1
-                    self._parked_buckets[bucket] -= 1
+                self._returning.setdefault(queue, []).append(waiter)
+            try:
+                if self._active.count_for_queue(queue) < limit:
+                    return
+                await waiter[1]
+            finally:
+                with self._lock:
+                    waiters = self._returning.get(queue, [])
+                    if waiter in waiters:
+                        waiters.remove(waiter)
+                    if not waiters:
+                        self._returning.pop(queue, None)
 
-    def parked_on(self, queue: str, partition: str | None = None, *, whole: bool = True) -> int:
-        """How many runs of `queue` (of its partition `partition` unless `whole`) wait for a
-        person here."""
+    def _slot_freed(self, queue: str) -> None:
+        """A slot of `queue` is free here: the first answered run waiting for one gets it, or
+        else the queue's thread looks for a new run."""
         with self._lock:
-            return self._parked_queues[queue] if whole else self._parked_buckets[(queue, partition)]
+            for loop, future in self._returning.get(queue, []):
+                if not future.done():
+                    with contextlib.suppress(RuntimeError):  # its loop closed: the next one
+                        loop.call_soon_threadsafe(_settle, future)
+                        return
+        self.wake(queue)
 
-    def add(self, queue: str, stop: threading.Event, wakeable: bool = True) -> _Waker:
+    def add(
+        self, queue: str, stop: threading.Event, wakeable: bool = True, limit: int | None = None
+    ) -> _Waker:
         """A waker for the (new) thread of `queue`; it looks at once if `open` was called.
-        A thread that is not `wakeable` waits for `open` like the others, then only polls."""
+        A thread that is not `wakeable` waits for `open` like the others, then only polls.
+        `limit` is the queue's per-worker concurrency (None: no limit)."""
         with self._lock:
             waker = _Waker(stop, opened=self._open, wakeable=wakeable)
             self._wakers[queue] = waker
+            if limit is not None:
+                self._limits[queue] = limit
             return waker
 
     def remove(self, queue: str, waker: _Waker) -> None:
@@ -212,14 +250,14 @@ class Wakeups:
             self._held.discard(run_id)
 
     def _released(self, run_id: str, queue: str | None) -> None:
-        """`run_id` left DBOS's active set here: wake its queue's thread (if it has a queue),
-        unless the run is held; a hold is used up either way."""
+        """`run_id` left DBOS's active set here: its slot is free (if it has a queue), unless
+        the run is held; a hold is used up either way."""
         with self._lock:
             if run_id in self._held:
                 self._held.discard(run_id)
                 return
         if queue is not None:
-            self.wake(queue)
+            self._slot_freed(queue)
 
     def open(self) -> None:
         """Let every queue thread look at its queue now, and new ones as soon as they start
@@ -229,6 +267,115 @@ class Wakeups:
             wakers = list(self._wakers.values())
         for waker in wakers:
             waker.open()
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _active_runs(core: Any, wakeups: Wakeups) -> Any:
+    """A new set of active runs for a DBOS instance (DBOS's `ActiveWorkflowById`, which its
+    queue threads count a queue's runs by), reporting to `wakeups`."""
+
+    class Execution(core.ActiveWorkflowEntry):
+        """One execution of a run here (DBOS's entry), and whether it waits for a person."""
+
+        _released: bool
+
+        def __init__(self, active: Any, key: str, bucket: Bucket | None) -> None:
+            super().__init__(active, key, bucket)
+            self.parked = False
+
+        @property
+        def run_id(self) -> str:
+            return str(self._key)
+
+        @property
+        def queue(self) -> str | None:
+            return None if self._bucket is None else self._bucket[0]
+
+        def release(self) -> None:
+            if not self._released:
+                self._released = True
+                self._active._remove_execution(self)
+
+    class ActiveRuns(core.ActiveWorkflowById):
+        """DBOS's set of runs executing here. It counts them per queue (and partition) as
+        they come and go, without the ones waiting for a person (DBOS scanned every active
+        run at each look at each queue), and frees a slot when a run leaves."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self._queues: Counter[str] = Counter()  # executions not parked, by queue
+            self._buckets: Counter[Bucket] = Counter()  # and by (queue, partition)
+
+        def _count(self, bucket: Bucket | None, change: int) -> None:
+            if bucket is not None:
+                self._queues[bucket[0]] += change
+                self._buckets[bucket] += change
+
+        def add(
+            self, key: str, queue_name: str | None = None, queue_partition_key: str | None = None
+        ) -> Any:
+            bucket = None if queue_name is None else (queue_name, queue_partition_key)
+            execution = Execution(self, key, bucket)
+            with self._lock:
+                self._m.setdefault(key, []).append(bucket)
+                self._count(bucket, 1)
+            _execution.set(execution)
+            return execution
+
+        def _remove_execution(self, execution: Any) -> None:
+            key, bucket = execution._key, execution._bucket
+            with self._lock:
+                buckets = self._m[key]
+                buckets.remove(bucket)
+                if not buckets:
+                    del self._m[key]
+                if not execution.parked:
+                    self._count(bucket, -1)
+                execution.parked = False
+            wakeups._released(key, execution.queue)
+
+        def _remove(self, key: str, bucket: Any) -> None:  # DBOS's own entries, if any
+            super()._remove(key, bucket)
+            with self._lock:
+                self._count(bucket, -1)
+            wakeups._released(key, bucket[0] if bucket is not None else None)
+
+        def park(self, execution: Any, run_id: str) -> bool:
+            """Stop counting `execution` (of `run_id`, in a queue, still running) against its
+            queue; False, and nothing done, if it is not such an execution or is parked."""
+            with self._lock:
+                if (
+                    execution._active is not self
+                    or execution.run_id != run_id
+                    or execution.queue is None
+                    or execution._released
+                    or execution.parked
+                ):
+                    return False
+                execution.parked = True
+                self._count(execution._bucket, -1)
+                return True
+
+        def unpark(self, execution: Any) -> None:
+            """Count `execution` against its queue again (if it is still parked here)."""
+            with self._lock:
+                if execution.parked and not execution._released:
+                    execution.parked = False
+                    self._count(execution._bucket, 1)
+
+        def count_for_queue(self, queue_name: str) -> int:
+            with self._lock:
+                return self._queues[queue_name]
+
+        def count_for_partition(self, queue_name: str, queue_partition_key: str | None) -> int:
+            with self._lock:
+                return self._buckets[(queue_name, queue_partition_key)]
+
+    return ActiveRuns()
 
 
 _installed_thread = False
@@ -258,7 +405,8 @@ def _install_queue_thread() -> None:
         if wakeups is None:
             plain(stop_event, dbos, queue)
             return
-        waker = wakeups.add(queue.name, stop_event, wakeable=not _shares_budget(queue))
+        limit = getattr(queue, "_worker_concurrency", None)
+        waker = wakeups.add(queue.name, stop_event, not _shares_budget(queue), limit)
         dbos.background_thread_stop_events.append(waker)  # DBOS's shutdown wakes it too
         try:
             plain(cast(threading.Event, waker), dbos, queue)  # it uses is_set and wait only
@@ -288,58 +436,9 @@ def install(dbos: Any) -> Wakeups | None:
     wakeups = Wakeups()
     active = dbos._active_workflows_set
 
-    class ActiveRuns(core.ActiveWorkflowById):
-        """DBOS's set of runs executing here, waking a run's queue thread when it leaves,
-        counting its runs per queue as they come and go, and leaving out of that count the
-        runs that wait for a person."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self._queues: Counter[str] = Counter()  # active runs by queue
-            self._buckets: Counter[Bucket] = Counter()  # and by (queue, partition)
-
-        def add(
-            self, key: str, queue_name: str | None = None, queue_partition_key: str | None = None
-        ) -> Any:
-            entry = super().add(key, queue_name, queue_partition_key)
-            if queue_name is not None:
-                with self._lock:
-                    self._queues[queue_name] += 1
-                    self._buckets[(queue_name, queue_partition_key)] += 1
-            return entry
-
-        def _remove(self, key: str, bucket: Any) -> None:
-            super()._remove(key, bucket)
-            if bucket is not None:
-                with self._lock:
-                    self._queues[bucket[0]] -= 1
-                    self._buckets[bucket] -= 1
-            wakeups._released(key, bucket[0] if bucket is not None else None)
-
-        def count_for_queue(self, queue_name: str) -> int:
-            with self._lock:
-                running = self._queues[queue_name]
-            return max(0, running - wakeups.parked_on(queue_name))
-
-        def count_for_partition(self, queue_name: str, queue_partition_key: str | None) -> int:
-            with self._lock:
-                running = self._buckets[(queue_name, queue_partition_key)]
-            parked = wakeups.parked_on(queue_name, queue_partition_key, whole=False)
-            return max(0, running - parked)
-
-        def buckets_of(self, key: str) -> list[Bucket]:
-            """The queues (and partitions) of `key`'s executions here; none without a queue."""
-            with self._lock:
-                return [b for b in self._m.get(key, ()) if b is not None]
-
-    replacement = ActiveRuns()
-    with active._lock:
-        replacement._m = active._m
-        for buckets in active._m.values():
-            for bucket in buckets:
-                if bucket is not None:
-                    replacement._queues[bucket[0]] += 1
-                    replacement._buckets[bucket] += 1
+    if active._m:
+        raise RuntimeError("durable-swarm: install the wake-ups before DBOS runs anything")
+    replacement = _active_runs(core, wakeups)
     dbos._active_workflows_set = replacement
     wakeups._active = replacement
     dbos._durable_swarm_wakeups = wakeups

@@ -247,8 +247,7 @@ def run_worker(
         concurrency: how many runs this worker executes at once (DBOS's per-worker queue
             limit; it is stored with the queue, so the last worker to start sets it for all
             the workers of the queue). A run waiting for a person gives its slot back while
-            it waits and takes one again when answered, even if the worker is full then (so
-            for a moment it may run more than `concurrency`).
+            it waits; once answered, it takes the next free slot before any new run does.
         database_url: the run database (default: the `DurableSwarm`'s, else resolved like
             `DurableSwarm`'s: `DURABLE_SWARM_DATABASE_URL`, `DBOS_SYSTEM_DATABASE_URL`, then
             `durable_swarm.sqlite`). Workers on several machines need PostgreSQL.

@@ -528,8 +528,9 @@ class DurableRuntime:
     async def _answered(self, effect: WaitForInput) -> None:
         """The body of a `watch:<kind>` step: returns once an answer is in the database (this
         process's `WaitWatcher` sees it); the run then takes it with `DBOS.recv`. Meanwhile the
-        run holds no slot of its worker (`_dbos.slot_given_back`)."""
-        with _dbos.slot_given_back(self.run_id):
+        run holds no slot of its worker, and takes one back before the step ends
+        (`_dbos.slot_given_back`)."""
+        async with _dbos.slot_given_back(self.run_id):
             await watcher_for(_dbos.system_database()).wait(self.run_id, effect.kind)
 
     async def arecord(self, effect: Transition) -> None:
