@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+import time
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -83,10 +84,12 @@ def test_an_answer_that_arrives_while_the_worker_is_full_waits_for_a_slot(
     try:
         with DurableClient(url) as client:
             asking = client.start("Helper", user("ask f1"), queue=QUEUE)
+            time.sleep(0.05)  # queued after it, so the worker takes the question first
             busy = client.start("Helper", user("slow f2"), queue=QUEUE)
             worker = start_worker("full", **settings).wait_ready()
             wait_for(lambda: client.get_run(asking.run_id).waiting_for, "the question")
             wait_for(lambda: model.arrivals("slow", "f2", 0), "the slow run to call the model")
+            assert client.get_run(busy.run_id).status == "pending"
             client.send_input(asking.run_id, "Ada")  # while the one slot is busy
             assert asking.result(timeout=TIMEOUT).messages[-1]["content"] == "ask: Ada"
             assert busy.result(timeout=TIMEOUT).messages[-1]["content"] == "slow f2"
@@ -205,5 +208,46 @@ def test_an_answered_run_takes_its_slot_back_only_when_the_worker_has_room() -> 
         await task
         first.release()
         assert woken == ["q", "q"] and active.count_for_queue("q") == 0
+
+    asyncio.run(scenario())
+
+
+def test_two_slots_freed_at_once_go_to_two_answered_runs() -> None:
+    instance = SimpleNamespace(_active_workflows_set=ActiveWorkflowById())
+    wakeups = install(instance)
+    assert wakeups is not None
+    woken: list[str] = []
+    wakeups.wake = woken.append  # type: ignore[method-assign]
+    wakeups.add("q", threading.Event(), limit=2)
+    active = instance._active_workflows_set
+
+    async def scenario() -> None:
+        waiting = [active.add(f"w{i}", "q") for i in (1, 2)]
+        answers = [asyncio.Event(), asyncio.Event()]
+        resumed = [asyncio.Event(), asyncio.Event()]
+
+        async def waits(i: int) -> None:
+            async with wakeups.parked(f"w{i + 1}"):
+                await answers[i].wait()
+            resumed[i].set()
+
+        tasks = []
+        for i, execution in enumerate(waiting):
+            context = contextvars.copy_context()
+            context.run(_execution.set, execution)
+            tasks.append(asyncio.get_running_loop().create_task(waits(i), context=context))
+        await asyncio.sleep(0.01)
+        busy = [active.add(f"b{i}", "q") for i in (1, 2)]  # the queue filled both slots
+        for answer in answers:
+            answer.set()
+        await asyncio.sleep(0.05)
+        assert not any(r.is_set() for r in resumed) and active.count_for_queue("q") == 2
+        woken.clear()
+        wakeups.hold("b2")  # one is handed back to another process: its slot still counts here
+        for execution in busy:  # both end before either answered run gets to run
+            execution.release()
+        await asyncio.wait_for(asyncio.gather(*(r.wait() for r in resumed)), 5)
+        assert woken == [] and active.count_for_queue("q") == 2
+        await asyncio.gather(*tasks)
 
     asyncio.run(scenario())

@@ -17,7 +17,9 @@ DBOS instance, before launch:
   against its queue's per-worker concurrency while it waits, and its slot goes to the next run
   as a finished run's does: a worker's slots go to runs that execute, not to conversations
   that wait hours for an answer. Once answered, the run takes a slot back before it goes on,
-  waiting for one if the worker is full; a slot that frees goes to such a run first. A
+  waiting for one if the worker is full; a slot that frees goes to such a run first (a run the
+  queue thread has claimed but not started yet is not counted, so for a moment the worker may
+  run one more than its limit). A
   queue-wide limit (`concurrency`, which DBOS counts from the database) still counts waiting
   runs. Which execution waits is known from the task (a context variable set where DBOS
   registers the execution), so a run that DBOS runs twice here for a moment (a re-dispatch
@@ -77,15 +79,19 @@ def supported() -> bool:
     import dbos._core as core
     import dbos._queue as queue
 
-    needed = ("add", "_remove", "count_for_queue", "count_for_partition")
-    active, entry = core.ActiveWorkflowById, getattr(core, "ActiveWorkflowEntry", None)
-    queue_thread = getattr(queue, "queue_worker_thread", None)
-    return (
-        callable(queue_thread)
-        and entry is not None
-        and callable(getattr(entry, "release", None))
-        and all(hasattr(active, name) for name in needed)
-    )
+    if not callable(getattr(queue, "queue_worker_thread", None)):
+        return False
+    # The active-run set's fields and methods `_active_runs` relies on, on a throwaway one.
+    try:
+        active = core.ActiveWorkflowById()
+        entry = active.add("probe", "queue", None)
+        fields = (active._m, active._lock, entry._key, entry._bucket, entry._active)
+        known = fields[0] == {"probe": [("queue", None)]} and entry._released is False
+        entry.release()
+        methods = ("_remove", "count_for_queue", "count_for_partition")
+        return known and not active._m and all(hasattr(active, name) for name in methods)
+    except (AttributeError, TypeError, KeyError, ValueError):
+        return False
 
 
 class _Waker:
@@ -202,16 +208,23 @@ class Wakeups:
                     if not waiters:
                         self._returning.pop(queue, None)
 
-    def _slot_freed(self, queue: str) -> None:
-        """A slot of `queue` is free here: the first answered run waiting for one gets it, or
-        else the queue's thread looks for a new run."""
+    def _slot_freed(self, queue: str, *, wake: bool = True) -> None:
+        """A slot of `queue` is free here: the first answered run waiting for one gets it (it
+        leaves the line at once, so a second slot freed before it runs goes to the next), or
+        else the queue's thread looks for a new run (unless not `wake`)."""
         with self._lock:
-            for loop, future in self._returning.get(queue, []):
-                if not future.done():
-                    with contextlib.suppress(RuntimeError):  # its loop closed: the next one
-                        loop.call_soon_threadsafe(_settle, future)
-                        return
-        self.wake(queue)
+            waiters = self._returning.get(queue, [])
+            while waiters:
+                loop, future = waiters.pop(0)
+                if future.done():
+                    continue
+                try:
+                    loop.call_soon_threadsafe(_settle, future)
+                except RuntimeError:  # its loop is closed: the next in line
+                    continue
+                return
+        if wake:
+            self.wake(queue)
 
     def add(
         self, queue: str, stop: threading.Event, wakeable: bool = True, limit: int | None = None
@@ -250,14 +263,14 @@ class Wakeups:
             self._held.discard(run_id)
 
     def _released(self, run_id: str, queue: str | None) -> None:
-        """`run_id` left DBOS's active set here: its slot is free (if it has a queue), unless
-        the run is held; a hold is used up either way."""
+        """`run_id` left DBOS's active set here: its slot is free (if it has a queue). A held
+        run's slot goes only to an answered run waiting here, never to the queue's thread;
+        the hold is used up either way."""
         with self._lock:
-            if run_id in self._held:
-                self._held.discard(run_id)
-                return
+            held = run_id in self._held
+            self._held.discard(run_id)
         if queue is not None:
-            self._slot_freed(queue)
+            self._slot_freed(queue, wake=not held)  # an answered run here may take it
 
     def open(self) -> None:
         """Let every queue thread look at its queue now, and new ones as soon as they start
