@@ -282,6 +282,14 @@ class Wakeups:
             waker.open()
 
 
+def _tally(counter: Counter[Any], key: Any, change: int) -> None:
+    """Add `change` to `counter[key]`, dropping the key at zero (no key is kept for every
+    partition ever seen)."""
+    counter[key] += change
+    if not counter[key]:
+        del counter[key]
+
+
 def _settle(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
@@ -324,9 +332,10 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
             self._buckets: Counter[Bucket] = Counter()  # and by (queue, partition)
 
         def _count(self, bucket: Bucket | None, change: int) -> None:
-            if bucket is not None:
-                self._queues[bucket[0]] += change
-                self._buckets[bucket] += change
+            if bucket is None:
+                return
+            _tally(self._queues, bucket[0], change)
+            _tally(self._buckets, bucket, change)
 
         def add(
             self, key: str, queue_name: str | None = None, queue_partition_key: str | None = None
