@@ -218,3 +218,11 @@ def test_a_process_owning_thousands_of_runs_lists_them_less_often(tmp_path: Path
     assert looks == [0, 4, 8, 12, 13, 14, 17]  # found at 12, handed back at 13
     assert handed == ["r7"]
     own.registry.close()
+
+
+def test_a_takeover_line_says_how_many_runs_went_back_in_plain_words() -> None:
+    from durable_swarm.durable._ownership import _back
+
+    assert _back(0) == "it left no unfinished run"
+    assert _back(1) == "its 1 unfinished run is back on its queue"
+    assert _back(3) == "3 of its unfinished runs are back on their queues"

@@ -125,6 +125,15 @@ def timing(
     return beat, dead
 
 
+def _back(count: int) -> str:
+    """What a takeover did with a dead process's `count` unfinished runs, in words."""
+    if count == 0:
+        return "it left no unfinished run"
+    if count == 1:
+        return "its 1 unfinished run is back on its queue"
+    return f"{count} of its unfinished runs are back on their queues"
+
+
 def new_executor_id(kind: str) -> str:
     """A fresh executor id for this process: `<kind>-<host>-<pid>-<random>`."""
     return f"{kind}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -656,10 +665,7 @@ class Ownership:
             count = self._recover(row.executor_id)
             self.registry.release(row)
             if count or row.heartbeat_at != 0:  # a clean stop with nothing left: quiet
-                self._say(
-                    f"process {row.executor_id!r} is gone ({row.why_dead()}); {count} of its "
-                    "unfinished runs are back on their queues"
-                )
+                self._say(f"process {row.executor_id!r} is gone ({row.why_dead()}); {_back(count)}")
         if not settled:
             return
         for executor_id in self.registry.orphans(self._version):
@@ -668,8 +674,9 @@ class Ownership:
             count = self._recover(executor_id)
             if count:
                 self._say(
-                    f"{count} unfinished runs of executor {executor_id!r}, which has no live "
-                    "process, are back on their queues"
+                    f"{count} unfinished {'run' if count == 1 else 'runs'} of executor "
+                    f"{executor_id!r}, which has no live process, "
+                    f"{'is back on its queue' if count == 1 else 'are back on their queues'}"
                 )
 
     def _heal(self) -> None:
