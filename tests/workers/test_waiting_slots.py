@@ -202,7 +202,14 @@ def test_an_answered_run_takes_its_slot_back_only_when_the_worker_has_room() -> 
         await asyncio.sleep(0.05)
         assert not resumed.is_set()  # full: the answered run waits for the slot
         assert active.count_for_queue("q") == 1
-        second.release()  # the slot goes to the answered run, not to a new run from the queue
+        starting = {"q": 1}  # the queue thread took a run that has not begun yet
+        wakeups.starting = starting.__getitem__
+        second.release()  # the slot is taken by that run: the answered one goes on waiting
+        await asyncio.sleep(0.05)
+        assert not resumed.is_set()
+        starting["q"] = 0
+        third = active.add("third", "q")  # it began...
+        third.release()  # ...and ended: the slot goes to the answered run, not to a new run
         await asyncio.wait_for(resumed.wait(), 5)
         assert woken == ["q"] and active.count_for_queue("q") == 1
         await task

@@ -235,6 +235,8 @@ def ensure_launched(
                 raise DatabaseUnavailableError(display_url(database_url), cause) from e
             config = _config(database_url, executor_id, poll_interval)
             wakeups = install_wakeups(DBOS(config=config))  # type: ignore[arg-type]
+            if wakeups is not None:
+                wakeups.starting = starting_on
             _owned = True
         if queues is not None:
             DBOS.listen_queues(list(queues))

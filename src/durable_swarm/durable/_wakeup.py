@@ -17,9 +17,8 @@ DBOS instance, before launch:
   against its queue's per-worker concurrency while it waits, and its slot goes to the next run
   as a finished run's does: a worker's slots go to runs that execute, not to conversations
   that wait hours for an answer. Once answered, the run takes a slot back before it goes on,
-  waiting for one if the worker is full; a slot that frees goes to such a run first (a run the
-  queue thread has claimed but not started yet is not counted, so for a moment the worker may
-  run one more than its limit). A
+  waiting for one if the worker is full (runs the queue thread took and has not begun yet
+  count, as in the ownership gate); a slot that frees goes to such a run first. A
   queue-wide limit (`concurrency`, which DBOS counts from the database) still counts waiting
   runs. Which execution waits is known from the task (a context variable set where DBOS
   registers the execution), so a run that DBOS runs twice here for a moment (a re-dispatch
@@ -52,7 +51,7 @@ import importlib.metadata
 import logging
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
 __all__ = ["Wakeups", "install", "supported"]
@@ -158,6 +157,8 @@ class Wakeups:
         self._open = False
         self._active: Any = None  # the instance's `ActiveRuns`, set by `install`
         self._limits: dict[str, int] = {}  # per-worker concurrency of the queues listened to
+        # runs of a queue this process took but has not begun (set by `_dbos`; see `starting_on`)
+        self.starting: Callable[[str], int] = lambda queue: 0
         # answered runs waiting to take a slot back, per queue, first come first served
         self._returning: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]]
         self._returning = {}
@@ -186,7 +187,8 @@ class Wakeups:
             active.unpark(execution)
 
     async def _slot_back(self, queue: str) -> None:
-        """Return once the worker runs fewer than its limit of `queue`'s runs here."""
+        """Return once the worker runs fewer than its limit of `queue`'s runs here (those begun,
+        and those its queue thread took that have not begun yet)."""
         limit = self._limits.get(queue)
         if limit is None:
             return
@@ -197,7 +199,7 @@ class Wakeups:
             with self._lock:
                 self._returning.setdefault(queue, []).append(waiter)
             try:
-                if self._active.count_for_queue(queue) < limit:
+                if self._active.count_for_queue(queue) + self.starting(queue) < limit:
                     return
                 await waiter[1]
             finally:
