@@ -5,7 +5,10 @@ for an approval, three only talk to the model. It takes the first at startup; wh
 waits, the worker goes on serving the queue with its one slot, so every run that does not wait
 finishes without any answer, one at a time. The answers then resume the waiting runs. The
 worker polls its queue only every 600 s here: a slot freed by a run that starts to wait must
-wake the queue at once, as a finished run's does.
+wake the queue at once, as a finished run's does. An answer that arrives while the worker's one
+slot is busy resumes its run only once the busy run ends. The unit tests below drive the
+library's active-run set directly: counts per queue and partition, a run DBOS executes twice
+here, and which run a freed slot goes to.
 """
 
 from __future__ import annotations
