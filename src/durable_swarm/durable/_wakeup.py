@@ -87,7 +87,7 @@ def supported() -> bool:
         fields = (active._m, active._lock, entry._key, entry._bucket, entry._active)
         known = fields[0] == {"probe": [("queue", None)]} and entry._released is False
         entry.release()
-        methods = ("_remove", "count_for_queue", "count_for_partition")
+        methods = ("count_for_queue", "count_for_partition")
         return known and not active._m and all(hasattr(active, name) for name in methods)
     except (AttributeError, TypeError, KeyError, ValueError):
         return False
@@ -361,12 +361,6 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
                     self._count(bucket, -1)
                 execution.parked = False
             wakeups._released(key, execution.queue)
-
-        def _remove(self, key: str, bucket: Any) -> None:  # DBOS's own entries, if any
-            super()._remove(key, bucket)
-            with self._lock:
-                self._count(bucket, -1)
-            wakeups._released(key, bucket[0] if bucket is not None else None)
 
         def park(self, execution: Any, run_id: str) -> bool:
             """Stop counting `execution` (of `run_id`, in a queue, still running) against its
