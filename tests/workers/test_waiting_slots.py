@@ -17,17 +17,14 @@ import asyncio
 import contextvars
 import threading
 import time
-from collections.abc import Callable
-from types import SimpleNamespace
+from collections.abc import Callable, Coroutine
 from typing import Any
 
-from dbos._core import ActiveWorkflowById
-
 from durable_swarm.durable import DurableClient
-from durable_swarm.durable._wakeup import _execution, install, supported
+from durable_swarm.durable._wakeup import _execution, supported
 
 from .conftest import TIMEOUT, Model, WorkerProcess, wait_for
-from .test_wakeup import most_at_once
+from .test_wakeup import installed_wakeups, most_at_once
 
 QUEUE = "slots"
 LONG_POLL = 600.0  # seconds: a run that waited for a poll would time the test out
@@ -105,6 +102,14 @@ def test_an_answer_that_arrives_while_the_worker_is_full_waits_for_a_slot(
     assert worker.terminate() == 0
 
 
+def in_task_of(execution: Any, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """`coroutine` as a task of `execution`'s (as DBOS runs a step of a workflow it registered:
+    the task knows the execution through `_wakeup`'s context variable)."""
+    context = contextvars.copy_context()
+    context.run(_execution.set, execution)
+    return asyncio.get_running_loop().create_task(coroutine, context=context)
+
+
 def test_the_installed_dbos_gets_the_wakeups_and_the_slot_accounting() -> None:
     # On another DBOS release `install` does nothing (waiting runs keep their slots, queues are
     # only polled): this fails until `_wakeup` is checked against that release.
@@ -112,12 +117,7 @@ def test_the_installed_dbos_gets_the_wakeups_and_the_slot_accounting() -> None:
 
 
 def test_the_active_set_counts_per_queue_and_leaves_out_the_runs_waiting_for_a_person() -> None:
-    instance = SimpleNamespace(_active_workflows_set=ActiveWorkflowById())
-    wakeups = install(instance)
-    assert wakeups is not None
-    woken: list[str] = []
-    wakeups.wake = woken.append  # type: ignore[method-assign]
-    active = instance._active_workflows_set
+    wakeups, active, woken = installed_wakeups()
 
     def counts() -> tuple[int, int, int, int]:
         return (
@@ -145,9 +145,7 @@ def test_the_active_set_counts_per_queue_and_leaves_out_the_runs_waiting_for_a_p
                     await answer.wait()
 
             # the step runs in a task of the execution's own (its context)
-            context = contextvars.copy_context()
-            context.run(_execution.set, execution)
-            await asyncio.get_running_loop().create_task(step(), context=context)
+            await in_task_of(execution, step())
 
         answer_b = asyncio.Event()
         waiting_b = asyncio.create_task(wait_for_person("b", b, answer_b))
@@ -183,13 +181,8 @@ def test_the_active_set_counts_per_queue_and_leaves_out_the_runs_waiting_for_a_p
 
 
 def test_an_answered_run_takes_its_slot_back_only_when_the_worker_has_room() -> None:
-    instance = SimpleNamespace(_active_workflows_set=ActiveWorkflowById())
-    wakeups = install(instance)
-    assert wakeups is not None
-    woken: list[str] = []
-    wakeups.wake = woken.append  # type: ignore[method-assign]
+    wakeups, active, woken = installed_wakeups()
     wakeups.add("q", threading.Event(), limit=1)  # the worker serves q, one run at a time
-    active = instance._active_workflows_set
 
     async def scenario() -> None:
         first = active.add("first", "q")
@@ -201,9 +194,7 @@ def test_an_answered_run_takes_its_slot_back_only_when_the_worker_has_room() -> 
                 await answer.wait()
             resumed.set()
 
-        context = contextvars.copy_context()
-        context.run(_execution.set, first)
-        task = asyncio.get_running_loop().create_task(waits(), context=context)
+        task = in_task_of(first, waits())
         await asyncio.sleep(0.01)
         assert woken == ["q"] and active.count_for_queue("q") == 0
         second = active.add("second", "q")  # the queue gave the slot to another run
@@ -229,13 +220,8 @@ def test_an_answered_run_takes_its_slot_back_only_when_the_worker_has_room() -> 
 
 
 def test_two_slots_freed_at_once_go_to_two_answered_runs() -> None:
-    instance = SimpleNamespace(_active_workflows_set=ActiveWorkflowById())
-    wakeups = install(instance)
-    assert wakeups is not None
-    woken: list[str] = []
-    wakeups.wake = woken.append  # type: ignore[method-assign]
+    wakeups, active, woken = installed_wakeups()
     wakeups.add("q", threading.Event(), limit=2)
-    active = instance._active_workflows_set
 
     async def scenario() -> None:
         waiting = [active.add(f"w{i}", "q") for i in (1, 2)]
@@ -249,9 +235,7 @@ def test_two_slots_freed_at_once_go_to_two_answered_runs() -> None:
 
         tasks = []
         for i, execution in enumerate(waiting):
-            context = contextvars.copy_context()
-            context.run(_execution.set, execution)
-            tasks.append(asyncio.get_running_loop().create_task(waits(i), context=context))
+            tasks.append(in_task_of(execution, waits(i)))
         await asyncio.sleep(0.01)
         busy = [active.add(f"b{i}", "q") for i in (1, 2)]  # the queue filled both slots
         for answer in answers:

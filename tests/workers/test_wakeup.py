@@ -19,7 +19,7 @@ import pytest
 
 from durable_swarm.durable import DurableClient
 from durable_swarm.durable._ownership import gate_queues
-from durable_swarm.durable._wakeup import install
+from durable_swarm.durable._wakeup import Wakeups, install
 
 from .conftest import TIMEOUT, WorkerProcess, wait_for
 
@@ -74,10 +74,9 @@ def test_a_freed_slot_takes_the_next_queued_run_without_waiting_for_a_poll(
     assert most_at_once(spans) <= CONCURRENCY
 
 
-def test_a_hold_is_used_up_by_the_next_release_of_its_run_even_without_a_queue() -> None:
-    # A run started without a queue (DurableSwarm.run, a sub-agent) and handed back is held;
-    # its release wakes nothing and uses the hold up, so a later release of the same run (taken
-    # again from DBOS's queue, finishing here) wakes its queue as any other.
+def installed_wakeups() -> tuple[Wakeups, Any, list[str]]:
+    """Wake-ups installed on a stand-in DBOS instance (a fresh active-run set): the wake-ups,
+    the set, and the queues woken so far (recorded instead of waking threads)."""
     from dbos._core import ActiveWorkflowById
 
     instance = SimpleNamespace(_active_workflows_set=ActiveWorkflowById())
@@ -85,7 +84,14 @@ def test_a_hold_is_used_up_by_the_next_release_of_its_run_even_without_a_queue()
     assert wakeups is not None
     woken: list[str] = []
     wakeups.wake = woken.append  # type: ignore[method-assign]
-    active = instance._active_workflows_set
+    return wakeups, instance._active_workflows_set, woken
+
+
+def test_a_hold_is_used_up_by_the_next_release_of_its_run_even_without_a_queue() -> None:
+    # A run started without a queue (DurableSwarm.run, a sub-agent) and handed back is held;
+    # its release wakes nothing and uses the hold up, so a later release of the same run (taken
+    # again from DBOS's queue, finishing here) wakes its queue as any other.
+    wakeups, active, woken = installed_wakeups()
     wakeups.hold("r1")
     active.add("r1").release()  # started without a queue, handed back
     active.add("r1", "_dbos_internal_queue").release()  # taken again from the queue, done
