@@ -1,9 +1,10 @@
 """The app a test worker serves: `python _serve.py CONFIG` runs `run_worker("_app:swarm", ...)`.
 
-Agents `Helper` and `Closer`; the model is the test's FakeOpenAIServer (`DSW_FAKE_URL`). Tools
-append one line per execution to `<DSW_WORK_DIR>/<tool>.log`, and importing this module appends
-this process's pid to `<DSW_WORK_DIR>/imported.log`, so a test can tell which processes ran or
-even imported any tool code (a thin client must not).
+Agents `Helper`, `Closer` and `Asker` (a sub-agent of `Helper` that asks the person); the model
+is the test's FakeOpenAIServer (`DSW_FAKE_URL`). Tools append one line per execution to
+`<DSW_WORK_DIR>/<tool>.log`, and importing this module appends this process's pid to
+`<DSW_WORK_DIR>/imported.log`, so a test can tell which processes ran or even imported any tool
+code (a thin client must not).
 """
 
 from __future__ import annotations
@@ -46,10 +47,11 @@ def transfer_to_closer() -> Agent:
     return closer
 
 
+asker = Agent(name="Asker", instructions="You ask.", functions=[ask_user])
 helper = Agent(
     name="Helper",
     instructions="You help.",
-    functions=[record, refund, ask_user, transfer_to_closer],
+    functions=[record, refund, ask_user, transfer_to_closer, asker.as_tool()],
 )
 closer = Agent(name="Closer", instructions="You close.")
 

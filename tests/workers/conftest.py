@@ -78,6 +78,7 @@ class Model:
       later ones are answered at once.
     * `refund <tag>`: calls `refund(amount=5)` (needs approval), then repeats the tool's result.
     * `ask <tag>`: calls `ask_user`, then greets with the tool's result (the person's answer).
+    * `delegate <tag>`: has the sub-agent `Asker` work on `ask <tag>`, then repeats its answer.
 
     `arrivals(command, tag, stage)` counts requests; stage = tool results in the request.
     """
@@ -110,6 +111,7 @@ class Model:
                 "work": ToolCall("record", {"tag": tag}),
                 "refund": ToolCall("refund", {"amount": 5}),
                 "ask": ToolCall("ask_user", {"question": "What is your name?"}),
+                "delegate": ToolCall("delegate_to_asker", {"task": f"ask {tag}"}),
             }[command]
             return calls(step)
         if command == "work" and first == 1:

@@ -14,6 +14,7 @@ here, and which run a freed slot goes to.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 import time
@@ -99,6 +100,31 @@ def test_an_answer_that_arrives_while_the_worker_is_full_waits_for_a_slot(
     busy_ended = max(s.completed_at for s in steps[busy.run_id] if s.completed_at is not None)
     resumed = [s for s in steps[asking.run_id] if s.kind == "model"][-1]
     assert resumed.started_at is not None and resumed.started_at >= busy_ended
+    assert worker.terminate() == 0
+
+
+def test_a_run_whose_sub_agent_waits_for_a_person_gives_its_slot_back(
+    start_worker: Callable[..., WorkerProcess], make_database_url: Callable[..., str]
+) -> None:
+    url = make_database_url("subagent")
+    settings = {"database_url": url, "queue": QUEUE, "concurrency": 1, "poll_interval": LONG_POLL}
+    assert start_worker("subagent-setup", **settings).wait_ready().terminate() == 0
+    with DurableClient(url) as client:
+        delegating = client.start("Helper", user("delegate d1"), queue=QUEUE)
+        time.sleep(0.05)  # queued after it, so the worker takes the delegation first
+        echoes = [client.start("Helper", user(f"echo d{i}"), queue=QUEUE) for i in (2, 3)]
+        worker = start_worker("subagent", **settings).wait_ready()
+        # The parent waits for its sub-agent, which waits for the person: the one slot serves
+        # the other runs meanwhile.
+        results = [h.result(timeout=TIMEOUT) for h in echoes]
+        assert [r.messages[-1]["content"] for r in results] == ["echo: d2", "echo: d3"]
+        child = f"{delegating.run_id}-sub1"
+        question = client.get_run(child).waiting_for
+        assert question is not None and question["prompt"] == "What is your name?"
+        assert client.get_run(delegating.run_id).status == "pending"
+        client.send_input(child, "Ada")
+        answer = delegating.result(timeout=TIMEOUT).messages[-1]["content"]
+        assert answer == "delegate: ask: Ada"
     assert worker.terminate() == 0
 
 
@@ -249,5 +275,141 @@ def test_two_slots_freed_at_once_go_to_two_answered_runs() -> None:
         await asyncio.wait_for(asyncio.gather(*(r.wait() for r in resumed)), 5)
         assert woken == [] and active.count_for_queue("q") == 2
         await asyncio.gather(*tasks)
+
+    asyncio.run(scenario())
+
+
+def test_a_run_and_its_sub_agents_give_the_slot_back_only_while_none_of_them_runs() -> None:
+    wakeups, active, woken = installed_wakeups()
+    wakeups.add("q", threading.Event(), limit=1)
+
+    async def scenario() -> None:
+        parent = active.add("p", "q")
+
+        async def start(run_id: str) -> Any:  # DBOS registers a sub-agent in its own task
+            return await in_task_of(parent, asyncio.sleep(0, active.add(run_id)))
+
+        a, b = await start("p-sub1"), await start("p-sub2")
+        assert active.count_for_queue("q") == 1
+        answers = {"a": asyncio.Event(), "b": asyncio.Event()}
+        resumed: list[str] = []
+
+        async def asks(run_id: str, answer: asyncio.Event) -> None:
+            async with wakeups.parked(run_id):
+                await answer.wait()
+            resumed.append(run_id)
+
+        asking_a = in_task_of(a, asks("p-sub1", answers["a"]))
+        await asyncio.sleep(0.01)
+        assert woken == [] and active.count_for_queue("q") == 1  # the parent and b run
+        joined = asyncio.Event()
+
+        async def joins() -> None:
+            async with wakeups.parked("p", joins="p-sub1"):
+                await joined.wait()
+            resumed.append("p")
+
+        joining = in_task_of(parent, joins())
+        await asyncio.sleep(0.01)
+        assert woken == [] and active.count_for_queue("q") == 1  # b still runs
+        b.release()  # the last execution that ran ends: the tree's slot is free
+        assert woken == ["q"] and active.count_for_queue("q") == 0
+        other = active.add("other", "q")  # the queue gives it to another run
+        answers["a"].set()
+        await asyncio.sleep(0.05)
+        assert resumed == []  # full: the answered sub-agent waits for a slot
+        other.release()  # the slot goes to the tree, not to a new run
+        await asyncio.wait_for(asking_a, 5)
+        assert resumed == ["p-sub1"] and woken == ["q"] and active.count_for_queue("q") == 1
+        a.release()  # the joined sub-agent ends: the parent goes on with its slot
+        assert woken == ["q"] and active.count_for_queue("q") == 1
+        joined.set()
+        await asyncio.wait_for(joining, 5)
+        assert resumed == ["p-sub1", "p"] and active.count_for_queue("q") == 1
+        parent.release()
+        assert woken == ["q", "q"] and active.count_for_queue("q") == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_sub_agent_cancelled_while_it_waits_takes_the_slot_back_and_leaves_it_to_its_parent() -> (
+    None
+):
+    wakeups, active, woken = installed_wakeups()
+    wakeups.add("q", threading.Event(), limit=1)
+
+    async def scenario() -> None:
+        parent = active.add("p", "q")
+        child = await in_task_of(parent, asyncio.sleep(0, active.add("p-sub1")))
+        answer, done = asyncio.Event(), asyncio.Event()
+
+        async def asks() -> None:
+            async with wakeups.parked("p-sub1"):
+                await answer.wait()
+
+        async def joins() -> None:
+            async with wakeups.parked("p", joins="p-sub1"):
+                await done.wait()
+
+        asking, joining = in_task_of(child, asks()), in_task_of(parent, joins())
+        await asyncio.sleep(0.01)
+        assert woken == ["q"] and active.count_for_queue("q") == 0
+        other = active.add("other", "q")  # the queue gave the slot to another run
+        asking.cancel()  # the sub-agent is cancelled while it waits: it ends at once...
+        with contextlib.suppress(asyncio.CancelledError):
+            await asking
+        assert active.count_for_queue("q") == 2  # ...taking the slot back, as a root does
+        child.release()  # its parent, which joins it, goes on with that slot
+        done.set()
+        await asyncio.wait_for(joining, 5)
+        assert active.count_for_queue("q") == 2 and woken == ["q"]
+        other.release()
+        parent.release()
+        assert active.count_for_queue("q") == 0 and woken == ["q", "q", "q"]
+
+    asyncio.run(scenario())
+
+
+def test_a_join_counts_as_running_until_its_sub_agent_is_registered() -> None:
+    # DBOS registers a sub-agent in its own task, which has not begun when the parent joins it.
+    wakeups, active, woken = installed_wakeups()
+    wakeups.add("q", threading.Event(), limit=1)
+
+    async def scenario() -> None:
+        parent = active.add("p", "q")
+        done, answer = asyncio.Event(), asyncio.Event()
+
+        async def joins(run_id: str, done: asyncio.Event) -> None:
+            async with wakeups.parked("p", joins=run_id):
+                await done.wait()
+
+        joining = in_task_of(parent, joins("p-sub1", done))
+        await asyncio.sleep(0.01)
+        assert woken == [] and active.count_for_queue("q") == 1  # nothing known to wait on
+        child = await in_task_of(parent, asyncio.sleep(0, active.add("p-sub1")))
+        assert woken == [] and active.count_for_queue("q") == 1  # the sub-agent runs
+
+        async def asks() -> None:
+            async with wakeups.parked("p-sub1"):
+                await answer.wait()
+
+        asking = in_task_of(child, asks())
+        await asyncio.sleep(0.01)
+        assert woken == ["q"] and active.count_for_queue("q") == 0
+        answer.set()
+        await asyncio.wait_for(asking, 5)  # the worker has room: back at once
+        assert active.count_for_queue("q") == 1
+        child.release()
+        done.set()
+        await asyncio.wait_for(joining, 5)
+        # a join of a run that never registers here (recovered on its own) keeps the slot
+        other_done = asyncio.Event()
+        never = in_task_of(parent, joins("p-sub2", other_done))
+        await asyncio.sleep(0.01)
+        assert woken == ["q"] and active.count_for_queue("q") == 1
+        other_done.set()
+        await asyncio.wait_for(never, 5)
+        parent.release()
+        assert active.count_for_queue("q") == 0
 
     asyncio.run(scenario())

@@ -60,7 +60,7 @@ def test_the_startup_line_says_where_and_what(worker: WorkerProcess, database_ur
     assert f"serving queue {QUEUE!r}" in line
     assert f"concurrency {CONCURRENCY}" in line
     assert "as executor 'worker-" in line
-    assert "agents: Closer, Helper" in line
+    assert "agents: Asker, Closer, Helper" in line
     shown = database_url.removeprefix("sqlite:///")
     assert shown in line
 

@@ -298,17 +298,18 @@ def hand_back(run_id: str) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def slot_given_back(run_id: str) -> AsyncIterator[None]:
-    """While the block runs (`run_id` waits for a person), the run holds no slot of its queue's
-    per-worker concurrency in this process, and the slot goes to the next run; when the block
-    ends, the run takes a slot back, waiting for one if the worker is full (see
-    `_wakeup.Wakeups.parked`). Without the library's wake-ups (another DBOS version), the run
-    keeps its slot."""
+async def slot_given_back(run_id: str, joins: str | None = None) -> AsyncIterator[None]:
+    """While the block runs (`run_id` waits for a person, or for its sub-agent run `joins`
+    started here to end) and no other execution of its tree runs (see
+    `_wakeup.Wakeups.parked`), the run holds no slot of its queue's per-worker concurrency in
+    this process, and the slot goes to the next run; when the block ends, the run takes a slot
+    back if it gave one, waiting for one if the worker is full. Without the library's wake-ups
+    (another DBOS version), the run keeps its slot."""
     wakeups: Wakeups | None = getattr(_instance(), "_durable_swarm_wakeups", None)
     if wakeups is None:
         yield
         return
-    async with wakeups.parked(run_id):
+    async with wakeups.parked(run_id, joins):
         yield
 
 

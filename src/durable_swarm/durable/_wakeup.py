@@ -22,7 +22,12 @@ DBOS instance, before launch:
   queue-wide limit (`concurrency`, which DBOS counts from the database) still counts waiting
   runs. Which execution waits is known from the task (a context variable set where DBOS
   registers the execution), so a run that DBOS runs twice here for a moment (a re-dispatch
-  beside a stale execution) frees the right slot.
+  beside a stale execution) frees the right slot;
+* the same holds for a run and the sub-agent runs it started here (its tree: the sub-agents
+  have no queue, and DBOS registers each in a task copied from its parent's): while the parent
+  waits for a sub-agent to end (`parked(run_id, joins=...)`) and every sub-agent still running
+  waits for a person, the tree gives its one slot back; the first of them answered takes it
+  back, and a sub-agent that ends hands it to the parent joining it.
 DBOS counts a queue's active runs by scanning all of them at every look at every queue (1.5
 ms per look with 10,000 waiting runs here); the replacement set keeps a count per queue.
 
@@ -164,27 +169,40 @@ class Wakeups:
         self._returning = {}
 
     @contextlib.asynccontextmanager
-    async def parked(self, run_id: str) -> AsyncIterator[None]:
-        """While the block runs (the run waits for a person), the current execution of `run_id`
-        does not count against its queue's per-worker concurrency here, and its slot goes to
-        the next run: an answered run waiting for a slot (see below), else the queue's thread
-        is woken. When the block ends normally (the answer is in), the run takes a slot back
-        before it goes on: at once if the worker has room, else when one of the queue's runs
-        here ends or starts to wait, before the queue takes a new run. A block that raises
-        (the run was cancelled, the process stops) gives the slot back at once. A run without
-        a queue, or waiting in a task that is not its workflow's, frees nothing."""
+    async def parked(self, run_id: str, joins: str | None = None) -> AsyncIterator[None]:
+        """While the block runs, the current execution of `run_id` waits: for a person, or
+        (`joins`) for the run `joins`, a sub-agent it started here, to end. Once no execution
+        of its tree (a queued run here and the sub-agent runs it started here) runs, the run
+        does not count against its queue's per-worker concurrency, and its slot goes to the next
+        run: an answered run waiting for a slot (see below), else the queue's thread is woken.
+        When the block ends normally (the answer is in, the sub-agent ended), the execution
+        goes on at once if its tree kept the slot, else the run takes a slot back first: at
+        once if the worker has room, else when one of the queue's runs here ends or starts to
+        wait, before the queue takes a new run. A block that raises (the run was cancelled, the
+        process stops) takes the slot back at once. A run in no queued tree, a second wait of
+        the same execution, or a wait in a task that is not the run's workflow's frees nothing;
+        a join of a run that is not registered here counts as running until it is (a run that
+        ended, or that this process recovered on its own, never is)."""
         execution = _execution.get(None)
         active = self._active
-        if active is None or execution is None or not active.park(execution, run_id):
+        if active is None or execution is None:
             yield
             return
-        queue = execution.queue
-        try:
-            self._slot_freed(queue)
+        paused, freed = active.pause(execution, run_id, joins)
+        if not paused:
             yield
-            await self._slot_back(queue)
+            return
+        try:
+            if freed is not None:
+                self._slot_freed(freed)
+            yield
+            queue = active.resume(execution)
+            if queue is not None:  # the tree gave its slot back: wait for one
+                await self._slot_back(queue)
+                if not active.retake(execution):
+                    self._slot_freed(queue)  # another execution of the tree took one first
         finally:
-            active.unpark(execution)
+            active.retake(execution)
 
     async def _slot_back(self, queue: str) -> None:
         """Return once the worker runs fewer than its limit of `queue`'s runs here (those begun,
@@ -297,18 +315,45 @@ def _settle(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+class _Tree:
+    """A queued run's execution here (`root`) and the executions of the sub-agent runs it
+    started here (`members`, by run id; their runs have no queue), and how many of them are
+    counted as running (see `Execution`). The root's slot is given back while none is."""
+
+    __slots__ = ("given_back", "live", "members", "root", "running")
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self.members: dict[str, Any] = {}
+        self.running = 1
+        self.given_back = False  # the root does not count against its queue now
+        self.live = True  # the root has not left the active set
+
+    def executions(self) -> list[Any]:
+        """The root and the members, as they are now."""
+        return [self.root, *self.members.values()]
+
+
 def _active_runs(core: Any, wakeups: Wakeups) -> Any:
     """A new set of active runs for a DBOS instance (DBOS's `ActiveWorkflowById`, which its
     queue threads count a queue's runs by), reporting to `wakeups`."""
 
     class Execution(core.ActiveWorkflowEntry):
-        """One execution of a run here (DBOS's entry), and whether it waits for a person."""
+        """One execution of a run here (DBOS's entry): its tree (None: neither a queued run nor
+        a sub-agent started by one here), whether it waits (for a person, or for the member
+        `joins` to end), and whether its tree counts it as running. A wait counts as running
+        until it is known to wait on nothing that runs: a join names its sub-agent's run id,
+        which may not be registered yet (DBOS registers a run in its own task, which has not
+        begun when its parent joins it); the join is counted from then on."""
 
         _released: bool
 
         def __init__(self, active: Any, key: str, bucket: Bucket | None) -> None:
             super().__init__(active, key, bucket)
-            self.parked = False
+            self.tree: _Tree | None = None
+            self.waiting = False
+            self.counted = True
+            self.joins: Any = None  # the member (or, not registered yet, the run id) it joins
 
         @property
         def run_id(self) -> str:
@@ -325,12 +370,12 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
 
     class ActiveRuns(core.ActiveWorkflowById):
         """DBOS's set of runs executing here. It counts them per queue (and partition) as
-        they come and go, without the ones waiting for a person (DBOS scanned every active
-        run at each look at each queue), and frees a slot when a run leaves."""
+        they come and go, without the ones whose tree gave its slot back (DBOS scanned every
+        active run at each look at each queue), and frees a slot when a run leaves."""
 
         def __init__(self) -> None:
             super().__init__()
-            self._queues: Counter[str] = Counter()  # executions not parked, by queue
+            self._queues: Counter[str] = Counter()  # executions counted, by queue
             self._buckets: Counter[Bucket] = Counter()  # and by (queue, partition)
 
         def _count(self, bucket: Bucket | None, change: int) -> None:
@@ -344,46 +389,129 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
         ) -> Any:
             bucket = None if queue_name is None else (queue_name, queue_partition_key)
             execution = Execution(self, key, bucket)
+            # A run without a queue started from the task of an execution here (a sub-agent:
+            # DBOS registers it in its own task, a copy of its parent's context) joins the
+            # parent's tree, which holds its slot while the parent starts it.
+            parent = _execution.get(None) if bucket is None else None
             with self._lock:
                 self._m.setdefault(key, []).append(bucket)
                 self._count(bucket, 1)
+                if bucket is not None:
+                    execution.tree = _Tree(execution)
+                elif parent is not None and parent._active is self:
+                    tree = parent.tree
+                    if tree is not None and tree.live and not tree.given_back:
+                        execution.tree = tree
+                        tree.members[key] = execution
+                        tree.running += 1
+                        for joiner in tree.executions():  # it waits on this run: not counted
+                            if joiner.waiting and joiner.counted and joiner.joins == key:
+                                joiner.joins, joiner.counted = execution, False
+                                tree.running -= 1
             _execution.set(execution)
             return execution
 
         def _remove_execution(self, execution: Any) -> None:
-            key, bucket = execution._key, execution._bucket
+            key, bucket, tree = execution._key, execution._bucket, execution.tree
+            freed = None
             with self._lock:
                 buckets = self._m[key]
                 buckets.remove(bucket)
                 if not buckets:
                     del self._m[key]
-                if not execution.parked:
+                if tree is None:
                     self._count(bucket, -1)
-                execution.parked = False
+                elif execution is tree.root:
+                    tree.live = False
+                    if not tree.given_back:
+                        self._count(bucket, -1)
+                else:
+                    if tree.members.get(key) is execution:
+                        del tree.members[key]
+                    if execution.counted:
+                        tree.running -= 1
+                    # Whoever joins it goes on with the slot it leaves (none, if the tree
+                    # gave it back: the joiner then takes one back itself).
+                    for joiner in tree.executions():
+                        if joiner.joins is execution and not tree.given_back:
+                            joiner.joins, joiner.counted = None, True
+                            tree.running += 1
+                    freed = self._give_back(tree)
+                execution.waiting, execution.joins, execution.counted = False, None, True
             wakeups._released(key, execution.queue)
+            if freed is not None:
+                wakeups._slot_freed(freed)
 
-        def park(self, execution: Any, run_id: str) -> bool:
-            """Stop counting `execution` (of `run_id`, in a queue, still running) against its
-            queue; False, and nothing done, if it is not such an execution or is parked."""
+        def _give_back(self, tree: _Tree) -> str | None:
+            """Under the lock: if no execution of `tree` runs, its root stops counting against
+            its queue; returns that queue (its slot is free), else None."""
+            if tree.running or tree.given_back or not tree.live:
+                return None
+            tree.given_back = True
+            self._count(tree.root._bucket, -1)
+            return cast("str", tree.root.queue)
+
+        def pause(
+            self, execution: Any, run_id: str, joins: str | None = None
+        ) -> tuple[bool, str | None]:
+            """Mark `execution` (of `run_id`, in a live tree, running here) as waiting: for a
+            person, or for the member run `joins` to end (counted as running until that run
+            is registered). Returns whether it did (nothing is done for any other execution),
+            and the queue whose slot that freed (no execution of the tree is counted as
+            running any more), if any."""
             with self._lock:
+                tree = execution.tree
                 if (
                     execution._active is not self
                     or execution.run_id != run_id
-                    or execution.queue is None
+                    or tree is None
+                    or not tree.live
                     or execution._released
-                    or execution.parked
+                    or execution.waiting
                 ):
-                    return False
-                execution.parked = True
-                self._count(execution._bucket, -1)
-                return True
+                    return False, None
+                execution.waiting = True
+                if joins is not None:
+                    execution.joins = tree.members.get(joins, joins)
+                    if execution.joins is joins:  # not registered (yet): still counted
+                        return True, None
+                execution.counted = False
+                tree.running -= 1
+                return True, self._give_back(tree)
 
-        def unpark(self, execution: Any) -> None:
-            """Count `execution` against its queue again (if it is still parked here)."""
+        def resume(self, execution: Any) -> str | None:
+            """Mark waiting `execution` as running, unless its tree gave its slot back: then
+            return the queue to take a slot of first (see `retake`)."""
             with self._lock:
-                if execution.parked and not execution._released:
-                    execution.parked = False
-                    self._count(execution._bucket, 1)
+                tree = execution.tree
+                if not execution.waiting or tree is None:
+                    return None
+                if not execution.counted and tree.given_back and tree.live:
+                    return cast("str", tree.root.queue)
+                self._run(execution, tree)
+                return None
+
+        def _run(self, execution: Any, tree: _Tree) -> None:
+            """Under the lock: `execution` no longer waits, and is counted as running."""
+            execution.waiting, execution.joins = False, None
+            if not execution.counted:
+                execution.counted = True
+                tree.running += 1
+
+        def retake(self, execution: Any) -> bool:
+            """Mark `execution`, if it waits, as running, its tree counting against its queue
+            again at once; returns whether this took the tree's slot back (False: the tree
+            held it, or nothing waited)."""
+            with self._lock:
+                tree = execution.tree
+                if not execution.waiting or tree is None:
+                    return False
+                self._run(execution, tree)
+                if not (tree.given_back and tree.live):
+                    return False
+                tree.given_back = False
+                self._count(tree.root._bucket, 1)
+                return True
 
         def count_for_queue(self, queue_name: str) -> int:
             with self._lock:

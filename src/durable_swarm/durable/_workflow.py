@@ -686,7 +686,10 @@ class DurableRuntime:
         child = self._children[id(effect.call)]
         if isinstance(child, dict):
             return ToolOutcome(child, effect.context_variables)
-        output = await child.get_result(polling_interval_sec=JOIN_POLL_SECONDS)
+        # While the sub-agent (and every other run of this tree) waits for a person, this
+        # run's worker slot serves other runs.
+        async with _dbos.slot_given_back(self.run_id, joins=child.get_workflow_id()):
+            output = await child.get_result(polling_interval_sec=JOIN_POLL_SECONDS)
         self.tally.merge(Tally.from_json(output.get("usage")))
         answer = final_answer(output.get("messages") or [])
         return ToolOutcome(tool_message(effect.call, answer), effect.context_variables)
