@@ -19,7 +19,7 @@ import contextvars
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from durable_swarm.durable import DurableClient
 from durable_swarm.durable._wakeup import _execution, supported
@@ -28,6 +28,7 @@ from .conftest import TIMEOUT, Model, WorkerProcess, wait_for
 from .test_wakeup import installed_wakeups, most_at_once
 
 QUEUE = "slots"
+T = TypeVar("T")
 LONG_POLL = 600.0  # seconds: a run that waited for a poll would time the test out
 
 
@@ -128,12 +129,22 @@ def test_a_run_whose_sub_agent_waits_for_a_person_gives_its_slot_back(
     assert worker.terminate() == 0
 
 
-def in_task_of(execution: Any, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+def in_task_of(execution: Any, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
     """`coroutine` as a task of `execution`'s (as DBOS runs a step of a workflow it registered:
     the task knows the execution through `_wakeup`'s context variable)."""
     context = contextvars.copy_context()
     context.run(_execution.set, execution)
     return asyncio.get_running_loop().create_task(coroutine, context=context)
+
+
+async def sub_agent(active: Any, parent: Any, run_id: str) -> Any:
+    """The execution of sub-agent `run_id` started by `parent`: DBOS registers it in its own
+    task, whose context is a copy of its parent's."""
+
+    async def register() -> Any:
+        return active.add(run_id)
+
+    return await in_task_of(parent, register())
 
 
 def test_the_installed_dbos_gets_the_wakeups_and_the_slot_accounting() -> None:
@@ -191,8 +202,9 @@ def test_the_active_set_counts_per_queue_and_leaves_out_the_runs_waiting_for_a_p
         waiting_again = asyncio.create_task(wait_for_person("b", again, answer_again))
         await asyncio.sleep(0.01)
         assert counts() == (1, 0, 1, 1) and active.count_for_queue("_dbos_internal_queue") == 0
-        b.release()  # the first execution ends while it waits: counted once, not twice
-        assert counts() == (1, 0, 1, 1) and woken == ["q", "_dbos_internal_queue", "q"]
+        b.release()  # the first execution ends while it waits: counted once, not twice, and
+        # it frees no slot (it held none)
+        assert counts() == (1, 0, 1, 1) and woken == ["q", "_dbos_internal_queue"]
         answer_b.set()
         await waiting_b  # nothing left to take back
         assert counts() == (1, 0, 1, 1)
@@ -286,10 +298,8 @@ def test_a_run_and_its_sub_agents_give_the_slot_back_only_while_none_of_them_run
     async def scenario() -> None:
         parent = active.add("p", "q")
 
-        async def start(run_id: str) -> Any:  # DBOS registers a sub-agent in its own task
-            return await in_task_of(parent, asyncio.sleep(0, active.add(run_id)))
-
-        a, b = await start("p-sub1"), await start("p-sub2")
+        a = await sub_agent(active, parent, "p-sub1")
+        b = await sub_agent(active, parent, "p-sub2")
         assert active.count_for_queue("q") == 1
         answers = {"a": asyncio.Event(), "b": asyncio.Event()}
         resumed: list[str] = []
@@ -340,7 +350,7 @@ def test_a_sub_agent_cancelled_while_it_waits_takes_the_slot_back_and_leaves_it_
 
     async def scenario() -> None:
         parent = active.add("p", "q")
-        child = await in_task_of(parent, asyncio.sleep(0, active.add("p-sub1")))
+        child = await sub_agent(active, parent, "p-sub1")
         answer, done = asyncio.Event(), asyncio.Event()
 
         async def asks() -> None:
@@ -386,7 +396,7 @@ def test_a_join_counts_as_running_until_its_sub_agent_is_registered() -> None:
         joining = in_task_of(parent, joins("p-sub1", done))
         await asyncio.sleep(0.01)
         assert woken == [] and active.count_for_queue("q") == 1  # nothing known to wait on
-        child = await in_task_of(parent, asyncio.sleep(0, active.add("p-sub1")))
+        child = await sub_agent(active, parent, "p-sub1")
         assert woken == [] and active.count_for_queue("q") == 1  # the sub-agent runs
 
         async def asks() -> None:
@@ -411,5 +421,114 @@ def test_a_join_counts_as_running_until_its_sub_agent_is_registered() -> None:
         await asyncio.wait_for(never, 5)
         parent.release()
         assert active.count_for_queue("q") == 0
+
+    asyncio.run(scenario())
+
+
+def test_answered_sub_agents_of_one_tree_share_the_slot_the_first_takes_back() -> None:
+    wakeups, active, woken = installed_wakeups()
+    wakeups.add("q", threading.Event(), limit=1)
+
+    async def scenario() -> None:
+        parent = active.add("p", "q")
+        children = [await sub_agent(active, parent, f"p-sub{i}") for i in (1, 2)]
+        answers = [asyncio.Event(), asyncio.Event()]
+        resumed: list[str] = []
+
+        async def asks(i: int) -> None:
+            async with wakeups.parked(f"p-sub{i + 1}"):
+                await answers[i].wait()
+            resumed.append(f"p-sub{i + 1}")
+
+        async def joins() -> None:
+            async with wakeups.parked("p", joins="p-sub1"):
+                await asyncio.Event().wait()  # the parent joins for good here
+
+        tasks = [in_task_of(child, asks(i)) for i, child in enumerate(children)]
+        joining = in_task_of(parent, joins())
+        await asyncio.sleep(0.01)
+        assert woken == ["q"] and active.count_for_queue("q") == 0
+        other = active.add("other", "q")
+        for answer in answers:  # both answered while the worker is full: both wait in line
+            answer.set()
+            await asyncio.sleep(0.01)
+        assert resumed == []
+        other.release()  # one slot frees: the tree takes it, and both of its runs go on
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        assert sorted(resumed) == ["p-sub1", "p-sub2"] and active.count_for_queue("q") == 1
+        joining.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await joining
+
+    asyncio.run(scenario())
+
+
+def test_a_slot_handed_to_a_wait_that_is_cancelled_goes_to_the_queue() -> None:
+    wakeups, active, woken = installed_wakeups()
+    wakeups.add("q", threading.Event(), limit=1)
+
+    async def scenario() -> None:
+        first = active.add("first", "q")
+        answer = asyncio.Event()
+
+        async def waits() -> None:
+            async with wakeups.parked("first"):
+                await answer.wait()
+
+        task = in_task_of(first, waits())
+        await asyncio.sleep(0.01)
+        busy = active.add("busy", "q")
+        answer.set()
+        await asyncio.sleep(0.01)  # answered, in line for a slot
+        woken.clear()
+        busy.release()  # its slot is handed to the answered run...
+        task.cancel()  # ...which is cancelled before it runs: the slot is passed on
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert woken == ["q"]
+        first.release()
+
+    asyncio.run(scenario())
+
+
+def test_a_sub_agent_registered_after_its_tree_gave_the_slot_back_takes_it_back() -> None:
+    # A safety net: the parent lets its new sub-agents register before it joins one, so this
+    # does not happen in a run; if it did, the late sub-agent still runs within its tree's slot.
+    wakeups, active, woken = installed_wakeups()
+    wakeups.add("q", threading.Event(), limit=1)
+
+    async def scenario() -> None:
+        parent = active.add("p", "q")
+        done = asyncio.Event()
+
+        async def joins() -> None:
+            async with wakeups.parked("p", joins="p-sub1"):
+                await done.wait()
+
+        first = await sub_agent(active, parent, "p-sub1")
+        joining = in_task_of(parent, joins())
+        first.release()  # hands the slot to the joining parent
+        await asyncio.sleep(0.01)
+        assert active.count_for_queue("q") == 1
+        # a wait of the parent's own that holds the tree idle, then a late sub-agent
+        done.set()
+        await joining
+        answer = asyncio.Event()
+
+        async def asks() -> None:
+            async with wakeups.parked("p"):
+                await answer.wait()
+
+        asking = in_task_of(parent, asks())
+        await asyncio.sleep(0.01)
+        assert woken == ["q"] and active.count_for_queue("q") == 0
+        late = await sub_agent(active, parent, "p-sub2")
+        assert active.count_for_queue("q") == 1  # it runs: its tree holds the slot again
+        late.release()
+        assert woken == ["q", "q"] and active.count_for_queue("q") == 0
+        answer.set()
+        await asyncio.wait_for(asking, 5)
+        assert active.count_for_queue("q") == 1
+        parent.release()
 
     asyncio.run(scenario())

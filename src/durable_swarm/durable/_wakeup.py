@@ -146,6 +146,11 @@ class _Waker:
 
 Bucket = tuple[str, "str | None"]  # DBOS's (queue name, partition key) of an active run
 
+# An answered run waiting for a slot: its loop, the future that ends the wait (with `_SLOT`: a
+# slot was handed to it; `_TREE`: another execution of its tree took the slot back), its tree.
+_Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[str]", Any]
+_SLOT, _TREE = "slot", "tree"
+
 # The execution of a run that the current task belongs to: set by `ActiveRuns.add` in the task
 # that runs the workflow, inherited by the tasks of its steps.
 _execution: contextvars.ContextVar[Any] = contextvars.ContextVar("durable_swarm_execution")
@@ -165,8 +170,7 @@ class Wakeups:
         # runs of a queue this process took but has not begun (set by `_dbos`; see `starting_on`)
         self.starting: Callable[[str], int] = lambda queue: 0
         # answered runs waiting to take a slot back, per queue, first come first served
-        self._returning: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]]
-        self._returning = {}
+        self._returning: dict[str, list[_Waiter]] = {}
 
     @contextlib.asynccontextmanager
     async def parked(self, run_id: str, joins: str | None = None) -> AsyncIterator[None]:
@@ -197,36 +201,59 @@ class Wakeups:
                 self._slot_freed(freed)
             yield
             queue = active.resume(execution)
-            if queue is not None:  # the tree gave its slot back: wait for one
-                await self._slot_back(queue)
-                if not active.retake(execution):
-                    self._slot_freed(queue)  # another execution of the tree took one first
+            if queue is not None:  # the tree gave its slot back: take one first
+                await self._slot_back(queue, execution)
         finally:
             active.retake(execution)
 
-    async def _slot_back(self, queue: str) -> None:
-        """Return once the worker runs fewer than its limit of `queue`'s runs here (those begun,
-        and those its queue thread took that have not begun yet)."""
+    async def _slot_back(self, queue: str, execution: Any) -> None:
+        """Count waiting `execution` as running again once its tree may run: when the worker
+        runs fewer than its limit of `queue`'s runs here (those begun, and those its queue
+        thread took that have not begun yet; the tree then takes the slot back), or when
+        another execution of the tree took it back first. A slot handed to this wait and not
+        used (the tree had one by then, or the wait was cancelled) goes to the next in line."""
+        active, tree = self._active, execution.tree
         limit = self._limits.get(queue)
-        if limit is None:
-            return
         loop = asyncio.get_running_loop()
-        while True:
+        handed = False
+        while limit is not None and active.given_back(tree):
             # Registered before the look, so a slot freed in between is not missed.
-            waiter = (loop, loop.create_future())
+            waiter: _Waiter = (loop, loop.create_future(), tree)
             with self._lock:
                 self._returning.setdefault(queue, []).append(waiter)
             try:
-                if self._active.count_for_queue(queue) + self.starting(queue) < limit:
-                    return
+                handed = False
+                if active.count_for_queue(queue) + self.starting(queue) < limit:
+                    break
                 await waiter[1]
+                handed = waiter[1].result() == _SLOT
+            except BaseException:
+                if waiter[1].done() and not waiter[1].cancelled() and waiter[1].result() == _SLOT:
+                    self._slot_freed(queue)
+                raise
             finally:
-                with self._lock:
-                    waiters = self._returning.get(queue, [])
-                    if waiter in waiters:
-                        waiters.remove(waiter)
-                    if not waiters:
-                        self._returning.pop(queue, None)
+                self._leave_line(queue, waiter)
+        if active.retake(execution):
+            self._tree_back(queue, tree)
+        elif handed:
+            self._slot_freed(queue)
+
+    def _leave_line(self, queue: str, waiter: _Waiter) -> None:
+        with self._lock:
+            waiters = self._returning.get(queue, [])
+            if waiter in waiters:
+                waiters.remove(waiter)
+            if not waiters:
+                self._returning.pop(queue, None)
+
+    def _tree_back(self, queue: str, tree: Any) -> None:
+        """`tree` took its slot back: its other executions waiting for one go on without."""
+        with self._lock:
+            waiters = self._returning.get(queue, [])
+            for waiter in [w for w in waiters if w[2] is tree]:
+                waiters.remove(waiter)
+                with contextlib.suppress(RuntimeError):  # its loop is closed
+                    waiter[0].call_soon_threadsafe(_settle, waiter[1], _TREE)
 
     def _slot_freed(self, queue: str, *, wake: bool = True) -> None:
         """A slot of `queue` is free here: the first answered run waiting for one gets it (it
@@ -235,16 +262,24 @@ class Wakeups:
         with self._lock:
             waiters = self._returning.get(queue, [])
             while waiters:
-                loop, future = waiters.pop(0)
+                loop, future, _ = waiters.pop(0)
                 if future.done():
                     continue
                 try:
-                    loop.call_soon_threadsafe(_settle, future)
+                    loop.call_soon_threadsafe(self._hand, queue, future)
                 except RuntimeError:  # its loop is closed: the next in line
                     continue
                 return
         if wake:
             self.wake(queue)
+
+    def _hand(self, queue: str, future: asyncio.Future[str]) -> None:
+        """On the loop of an answered run waiting for a slot of `queue`: give it the slot
+        freed for it, or, if its wait ended meanwhile (it was cancelled), to the next."""
+        if future.done():
+            self._slot_freed(queue)
+        else:
+            future.set_result(_SLOT)
 
     def add(
         self, queue: str, stop: threading.Event, wakeable: bool = True, limit: int | None = None
@@ -310,9 +345,9 @@ def _tally(counter: Counter[Any], key: Any, change: int) -> None:
         del counter[key]
 
 
-def _settle(future: asyncio.Future[None]) -> None:
+def _settle(future: asyncio.Future[str], why: str) -> None:
     if not future.done():
-        future.set_result(None)
+        future.set_result(why)
 
 
 class _Tree:
@@ -398,9 +433,9 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
                 self._count(bucket, 1)
                 if bucket is not None:
                     execution.tree = _Tree(execution)
-                elif parent is not None and parent._active is self:
+                elif parent is not None and parent._active is self and not parent._released:
                     tree = parent.tree
-                    if tree is not None and tree.live and not tree.given_back:
+                    if tree is not None and tree.live:
                         execution.tree = tree
                         tree.members[key] = execution
                         tree.running += 1
@@ -408,12 +443,15 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
                             if joiner.waiting and joiner.counted and joiner.joins == key:
                                 joiner.joins, joiner.counted = execution, False
                                 tree.running -= 1
+                        if tree.given_back:  # it runs: the tree takes its slot back at once
+                            tree.given_back = False
+                            self._count(tree.root._bucket, 1)
             _execution.set(execution)
             return execution
 
         def _remove_execution(self, execution: Any) -> None:
             key, bucket, tree = execution._key, execution._bucket, execution.tree
-            freed = None
+            freed, counted = None, True
             with self._lock:
                 buckets = self._m[key]
                 buckets.remove(bucket)
@@ -422,8 +460,8 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
                 if tree is None:
                     self._count(bucket, -1)
                 elif execution is tree.root:
-                    tree.live = False
-                    if not tree.given_back:
+                    tree.live, counted = False, not tree.given_back
+                    if counted:
                         self._count(bucket, -1)
                 else:
                     if tree.members.get(key) is execution:
@@ -438,7 +476,7 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
                             tree.running += 1
                     freed = self._give_back(tree)
                 execution.waiting, execution.joins, execution.counted = False, None, True
-            wakeups._released(key, execution.queue)
+            wakeups._released(key, execution.queue if counted else None)
             if freed is not None:
                 wakeups._slot_freed(freed)
 
@@ -478,6 +516,11 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
                 execution.counted = False
                 tree.running -= 1
                 return True, self._give_back(tree)
+
+        def given_back(self, tree: _Tree) -> bool:
+            """Whether `tree` gave its slot back (and its root still runs here)."""
+            with self._lock:
+                return tree.given_back and tree.live
 
         def resume(self, execution: Any) -> str | None:
             """Mark waiting `execution` as running, unless its tree gave its slot back: then

@@ -651,6 +651,7 @@ class DurableRuntime:
 
     async def _start_children(self, effect: ToolCall) -> None:
         """Start, in call order, every sub-agent of the message not started yet (fan-out)."""
+        started = False
         for call, function in effect.batch:
             if function is None or not is_delegation(function) or id(call) in self._children:
                 continue
@@ -679,6 +680,11 @@ class DurableRuntime:
             _dbos.note_taken([child_id])
             with SetWorkflowID(child_id):
                 self._children[id(call)] = await DBOS.start_workflow_async(run_workflow, spec)
+            started = True
+        if started:
+            # One turn of the loop: each new sub-agent's task registers with DBOS (and joins
+            # this run's worker-slot accounting) before this run joins any of them.
+            await asyncio.sleep(0)
 
     async def _delegate(self, effect: ToolCall) -> ToolOutcome:
         """A sub-agent call: a child workflow, joined here (see `durable_swarm.subagents`)."""
