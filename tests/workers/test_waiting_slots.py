@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from durable_swarm.durable import DurableClient
 from durable_swarm.durable._wakeup import _execution, supported
+from durable_swarm.errors import RunNotFoundError
 
 from .conftest import TIMEOUT, Model, WorkerProcess, wait_for
 from .test_wakeup import installed_wakeups, most_at_once
@@ -127,6 +128,41 @@ def test_a_run_whose_sub_agent_waits_for_a_person_gives_its_slot_back(
         answer = delegating.result(timeout=TIMEOUT).messages[-1]["content"]
         assert answer == "delegate: ask: Ada"
     assert worker.terminate() == 0
+
+
+def test_after_a_crash_the_waiting_sub_agent_still_leaves_the_slot_to_other_runs(
+    start_worker: Callable[..., WorkerProcess], make_database_url: Callable[..., str]
+) -> None:
+    # The worker dies while a run's sub-agent waits for the person. The next worker takes both
+    # over, each on its own (the sub-agent is no longer started from its parent's task), and
+    # still serves the other runs with its one slot while they wait: whichever run it takes
+    # first, a run that held the slot through the wait would leave an echo unserved.
+    url = make_database_url("subcrash")
+    settings = {"database_url": url, "queue": QUEUE, "concurrency": 1, "poll_interval": LONG_POLL}
+    assert start_worker("subcrash-setup", **settings).wait_ready().terminate() == 0
+    with DurableClient(url) as client:
+        delegating = client.start("Helper", user("delegate c1"), queue=QUEUE)
+        first = start_worker("subcrash-1", **settings).wait_ready()
+        child = f"{delegating.run_id}-sub1"
+        wait_for(lambda: question_of(client, child), "the sub-agent's question")
+        echoes = [client.start("Helper", user(f"echo c{i}"), queue=QUEUE) for i in (2, 3)]
+        first.kill()
+        second = start_worker("subcrash-2", **settings).wait_ready()
+        results = [h.result(timeout=TIMEOUT) for h in echoes]
+        assert [r.messages[-1]["content"] for r in results] == ["echo: c2", "echo: c3"]
+        assert client.get_run(delegating.run_id).status == "pending"
+        client.send_input(child, "Ada")
+        answer = delegating.result(timeout=TIMEOUT).messages[-1]["content"]
+        assert answer == "delegate: ask: Ada"
+    assert second.terminate() == 0
+
+
+def question_of(client: DurableClient, run_id: str) -> Any:
+    """What run `run_id` waits for (None: nothing, or no such run yet)."""
+    try:
+        return client.get_run(run_id).waiting_for
+    except RunNotFoundError:
+        return None
 
 
 def in_task_of(execution: Any, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
@@ -530,5 +566,42 @@ def test_a_sub_agent_registered_after_its_tree_gave_the_slot_back_takes_it_back(
         await asyncio.wait_for(asking, 5)
         assert active.count_for_queue("q") == 1
         parent.release()
+
+    asyncio.run(scenario())
+
+
+def test_a_join_of_a_run_recovered_on_its_own_here_does_not_hold_the_slot() -> None:
+    # After a crash DBOS recovers a sub-agent from its internal queue, apart from its parent:
+    # the parent's join waits on work that is not its tree's, registered before or after it.
+    wakeups, active, woken = installed_wakeups()
+    wakeups.add("q", threading.Event(), limit=1)
+
+    async def scenario() -> None:
+        recovered = active.add("p-sub1", "_dbos_internal_queue")
+        parent = active.add("p", "q")
+        done = asyncio.Event()
+
+        async def joins(run_id: str) -> None:
+            async with wakeups.parked("p", joins=run_id):
+                await done.wait()
+
+        joining = in_task_of(parent, joins("p-sub1"))
+        await asyncio.sleep(0.01)
+        assert woken.count("q") == 1 and active.count_for_queue("q") == 0
+        recovered.release()  # it ended: the parent takes a slot back (the worker has room)
+        done.set()
+        await asyncio.wait_for(joining, 5)
+        assert active.count_for_queue("q") == 1
+        done.clear()
+        joining = in_task_of(parent, joins("p-sub2"))  # registered after the join
+        await asyncio.sleep(0.01)
+        assert woken.count("q") == 1 and active.count_for_queue("q") == 1
+        later = active.add("p-sub2", "_dbos_internal_queue")
+        assert woken.count("q") == 2 and active.count_for_queue("q") == 0
+        later.release()
+        done.set()
+        await asyncio.wait_for(joining, 5)
+        parent.release()
+        assert active.count_for_queue("q") == 0
 
     asyncio.run(scenario())

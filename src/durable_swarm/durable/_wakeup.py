@@ -184,9 +184,11 @@ class Wakeups:
         once if the worker has room, else when one of the queue's runs here ends or starts to
         wait, before the queue takes a new run. A block that raises (the run was cancelled, the
         process stops) takes the slot back at once. A run in no queued tree, a second wait of
-        the same execution, or a wait in a task that is not the run's workflow's frees nothing;
-        a join of a run that is not registered here counts as running until it is (a run that
-        ended, or that this process recovered on its own, never is)."""
+        the same execution, or a wait in a task that is not the run's workflow's frees nothing.
+        A join of a run that is not registered here counts as running until it is (a run that
+        ended, or runs elsewhere, never is); a join of a run registered here outside the tree
+        (a sub-agent this process recovered on its own after a crash) waits on work that is not
+        the tree's, as a wait for a person does."""
         execution = _execution.get(None)
         active = self._active
         if active is None or execution is None:
@@ -412,6 +414,8 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
             super().__init__()
             self._queues: Counter[str] = Counter()  # executions counted, by queue
             self._buckets: Counter[Bucket] = Counter()  # and by (queue, partition)
+            # joins of runs not registered here (yet), by the run id they join
+            self._pending: dict[str, list[Any]] = {}
 
         def _count(self, bucket: Bucket | None, change: int) -> None:
             if bucket is None:
@@ -428,6 +432,7 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
             # DBOS registers it in its own task, a copy of its parent's context) joins the
             # parent's tree, which holds its slot while the parent starts it.
             parent = _execution.get(None) if bucket is None else None
+            freed = []
             with self._lock:
                 self._m.setdefault(key, []).append(bucket)
                 self._count(bucket, 1)
@@ -439,15 +444,34 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
                         execution.tree = tree
                         tree.members[key] = execution
                         tree.running += 1
-                        for joiner in tree.executions():  # it waits on this run: not counted
-                            if joiner.waiting and joiner.counted and joiner.joins == key:
-                                joiner.joins, joiner.counted = execution, False
-                                tree.running -= 1
                         if tree.given_back:  # it runs: the tree takes its slot back at once
                             tree.given_back = False
                             self._count(tree.root._bucket, 1)
+                # Joins of this run now wait on something known: a member of the joiner's
+                # tree (which runs for it), or a run outside it (whose work is not the tree's).
+                for joiner in self._pending.pop(key, ()):
+                    joined = joiner.tree
+                    if not (joiner.waiting and joiner.counted and joined and joined.live):
+                        continue
+                    joiner.counted = False
+                    joined.running -= 1
+                    joiner.joins = execution if execution.tree is joined else None
+                    freed.append(self._give_back(joined))
             _execution.set(execution)
+            for queue in freed:
+                if queue is not None:
+                    wakeups._slot_freed(queue)
             return execution
+
+        def _unpend(self, execution: Any) -> None:
+            """Under the lock: forget `execution`'s join of a run not registered here."""
+            joins = execution.joins
+            if isinstance(joins, str):
+                joiners = self._pending.get(joins, [])
+                if execution in joiners:
+                    joiners.remove(execution)
+                if not joiners:
+                    self._pending.pop(joins, None)
 
         def _remove_execution(self, execution: Any) -> None:
             key, bucket, tree = execution._key, execution._bucket, execution.tree
@@ -475,6 +499,7 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
                             joiner.joins, joiner.counted = None, True
                             tree.running += 1
                     freed = self._give_back(tree)
+                self._unpend(execution)
                 execution.waiting, execution.joins, execution.counted = False, None, True
             wakeups._released(key, execution.queue if counted else None)
             if freed is not None:
@@ -493,10 +518,10 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
             self, execution: Any, run_id: str, joins: str | None = None
         ) -> tuple[bool, str | None]:
             """Mark `execution` (of `run_id`, in a live tree, running here) as waiting: for a
-            person, or for the member run `joins` to end (counted as running until that run
-            is registered). Returns whether it did (nothing is done for any other execution),
-            and the queue whose slot that freed (no execution of the tree is counted as
-            running any more), if any."""
+            person, or for the run `joins` to end (a member of the tree, or a run registered
+            here outside it; counted as running until that run is registered). Returns
+            whether it did (nothing is done for any other execution), and the queue whose slot
+            that freed (no execution of the tree is counted as running any more), if any."""
             with self._lock:
                 tree = execution.tree
                 if (
@@ -510,9 +535,15 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
                     return False, None
                 execution.waiting = True
                 if joins is not None:
-                    execution.joins = tree.members.get(joins, joins)
-                    if execution.joins is joins:  # not registered (yet): still counted
+                    member = tree.members.get(joins)
+                    if member is not None:
+                        execution.joins = member
+                    elif joins not in self._m:  # not registered (yet): still counted
+                        execution.joins = joins
+                        self._pending.setdefault(joins, []).append(execution)
                         return True, None
+                    # else a run registered here outside the tree (recovered on its own):
+                    # its work is not the tree's, and its end hands nothing over
                 execution.counted = False
                 tree.running -= 1
                 return True, self._give_back(tree)
@@ -536,6 +567,7 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
 
         def _run(self, execution: Any, tree: _Tree) -> None:
             """Under the lock: `execution` no longer waits, and is counted as running."""
+            self._unpend(execution)
             execution.waiting, execution.joins = False, None
             if not execution.counted:
                 execution.counted = True
