@@ -605,3 +605,80 @@ def test_a_join_of_a_run_recovered_on_its_own_here_does_not_hold_the_slot() -> N
         assert active.count_for_queue("q") == 0
 
     asyncio.run(scenario())
+
+
+def test_a_tree_that_takes_its_slot_back_lets_its_runs_in_line_go_on() -> None:
+    # The tree takes its slot back outside the line (a late sub-agent registers; a wait is
+    # cancelled): its answered sub-agent waiting in line goes on in that slot at once.
+    async def scenario(how: str) -> None:
+        wakeups, active, _ = installed_wakeups()
+        wakeups.add("q", threading.Event(), limit=1)
+        parent = active.add("p", "q")
+        a = await sub_agent(active, parent, "p-a")
+        b = await sub_agent(active, parent, "p-b")
+        answered, joined = asyncio.Event(), asyncio.Event()
+
+        async def waits(run_id: str, until: asyncio.Event) -> None:
+            async with wakeups.parked(run_id):
+                await until.wait()
+
+        async def joins() -> None:
+            async with wakeups.parked("p", joins="p-a"):
+                await joined.wait()
+
+        asking_a = in_task_of(a, waits("p-a", answered))
+        asking_b = in_task_of(b, waits("p-b", asyncio.Event()))
+        joining = in_task_of(parent, joins())
+        await asyncio.sleep(0.01)
+        assert active.count_for_queue("q") == 0
+        other = active.add("other", "q")  # the queue gave the slot to another run
+        answered.set()
+        await asyncio.sleep(0.01)
+        assert not asking_a.done()  # the worker is full: in line
+        if how == "late sub-agent":
+            await sub_agent(active, parent, "p-late")
+        else:
+            asking_b.cancel()
+        await asyncio.wait_for(asking_a, 5)
+        assert active.count_for_queue("q") == 2  # the tree's one slot, and the other run's
+        other.release()
+        for task in (asking_b, joining):
+            task.cancel()
+        await asyncio.gather(asking_b, joining, return_exceptions=True)
+
+    asyncio.run(scenario("late sub-agent"))
+    asyncio.run(scenario("cancelled wait"))
+
+
+def test_a_slot_freed_while_an_answered_run_looks_for_room_is_not_lost() -> None:
+    # A run of the queue ends on another thread just as the answered run joins the line: the
+    # answered run finds room and goes on; the slot handed to it meanwhile goes to the queue.
+    wakeups, active, woken = installed_wakeups()
+    wakeups.add("q", threading.Event(), limit=2)
+
+    async def scenario() -> None:
+        waiting, other = active.add("w", "q"), active.add("other", "q")
+        answer = asyncio.Event()
+
+        async def waits() -> None:
+            async with wakeups.parked("w"):
+                await answer.wait()
+
+        task = in_task_of(waiting, waits())
+        await asyncio.sleep(0.01)
+        woken.clear()
+
+        def starting(queue: str) -> int:  # looked at after joining the line
+            ends = threading.Thread(target=other.release)
+            ends.start()
+            ends.join()
+            return 0
+
+        wakeups.starting = starting
+        answer.set()
+        await asyncio.wait_for(task, 5)
+        await asyncio.sleep(0.01)
+        assert active.count_for_queue("q") == 1 and woken == ["q"]
+        waiting.release()
+
+    asyncio.run(scenario())

@@ -206,7 +206,8 @@ class Wakeups:
             if queue is not None:  # the tree gave its slot back: take one first
                 await self._slot_back(queue, execution)
         finally:
-            active.retake(execution)
+            if active.retake(execution):  # the block raised: the tree took its slot back
+                self._tree_back(execution.tree.queue, execution.tree)
 
     async def _slot_back(self, queue: str, execution: Any) -> None:
         """Count waiting `execution` as running again once its tree may run: when the worker
@@ -234,6 +235,8 @@ class Wakeups:
                     self._slot_freed(queue)
                 raise
             finally:
+                if not waiter[1].done():  # a slot handed to it from now on goes to the next
+                    waiter[1].cancel()
                 self._leave_line(queue, waiter)
         if active.retake(execution):
             self._tree_back(queue, tree)
@@ -357,18 +360,21 @@ class _Tree:
     started here (`members`, by run id; their runs have no queue), and how many of them are
     counted as running (see `Execution`). The root's slot is given back while none is."""
 
-    __slots__ = ("given_back", "live", "members", "root", "running")
+    __slots__ = ("bucket", "given_back", "live", "members", "queue", "root", "running")
 
     def __init__(self, root: Any) -> None:
-        self.root = root
+        self.root = root  # None once it left (no reference cycle is left behind)
+        self.bucket: Bucket = root._bucket
+        self.queue: str = root.queue
         self.members: dict[str, Any] = {}
         self.running = 1
         self.given_back = False  # the root does not count against its queue now
         self.live = True  # the root has not left the active set
 
     def executions(self) -> list[Any]:
-        """The root and the members, as they are now."""
-        return [self.root, *self.members.values()]
+        """The root (while it runs here) and the members, as they are now."""
+        root = [] if self.root is None else [self.root]
+        return [*root, *self.members.values()]
 
 
 def _active_runs(core: Any, wakeups: Wakeups) -> Any:
@@ -432,7 +438,7 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
             # DBOS registers it in its own task, a copy of its parent's context) joins the
             # parent's tree, which holds its slot while the parent starts it.
             parent = _execution.get(None) if bucket is None else None
-            freed = []
+            freed, back = [], None
             with self._lock:
                 self._m.setdefault(key, []).append(bucket)
                 self._count(bucket, 1)
@@ -446,7 +452,8 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
                         tree.running += 1
                         if tree.given_back:  # it runs: the tree takes its slot back at once
                             tree.given_back = False
-                            self._count(tree.root._bucket, 1)
+                            self._count(tree.bucket, 1)
+                            back = tree
                 # Joins of this run now wait on something known: a member of the joiner's
                 # tree (which runs for it), or a run outside it (whose work is not the tree's).
                 for joiner in self._pending.pop(key, ()):
@@ -458,6 +465,8 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
                     joiner.joins = execution if execution.tree is joined else None
                     freed.append(self._give_back(joined))
             _execution.set(execution)
+            if back is not None:  # its members in line for a slot go on in the tree's
+                wakeups._tree_back(back.queue, back)
             for queue in freed:
                 if queue is not None:
                     wakeups._slot_freed(queue)
@@ -484,7 +493,7 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
                 if tree is None:
                     self._count(bucket, -1)
                 elif execution is tree.root:
-                    tree.live, counted = False, not tree.given_back
+                    tree.root, tree.live, counted = None, False, not tree.given_back
                     if counted:
                         self._count(bucket, -1)
                 else:
@@ -511,8 +520,8 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
             if tree.running or tree.given_back or not tree.live:
                 return None
             tree.given_back = True
-            self._count(tree.root._bucket, -1)
-            return cast("str", tree.root.queue)
+            self._count(tree.bucket, -1)
+            return tree.queue
 
         def pause(
             self, execution: Any, run_id: str, joins: str | None = None
@@ -561,7 +570,7 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
                 if not execution.waiting or tree is None:
                     return None
                 if not execution.counted and tree.given_back and tree.live:
-                    return cast("str", tree.root.queue)
+                    return tree.queue
                 self._run(execution, tree)
                 return None
 
@@ -585,7 +594,7 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
                 if not (tree.given_back and tree.live):
                     return False
                 tree.given_back = False
-                self._count(tree.root._bucket, 1)
+                self._count(tree.bucket, 1)
                 return True
 
         def count_for_queue(self, queue_name: str) -> int:
