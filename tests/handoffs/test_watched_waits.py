@@ -5,11 +5,14 @@
   where DBOS's trigger notifies each message;
 * each answer wakes exactly its run, and the watcher holds no wait once they are answered;
 * a waiting run that is cancelled gives its wait up (its `RunHandle` says `RunCancelledError`);
-  resumed, it waits again and finishes.
+  resumed, it waits again and finishes; cancelled from another process, it gives its wait up
+  at once too (the cancel's notice wakes the watcher, not its 30 s sweep).
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,9 +22,10 @@ import sqlalchemy as sa
 
 from _support.wait import wait_for
 from durable_swarm import DurableSwarm, ask_user
-from durable_swarm.durable import _dbos
+from durable_swarm.durable import _dbos, _waits
 from durable_swarm.durable._waits import watcher_for
-from durable_swarm.errors import RunCancelledError
+from durable_swarm.errors import RunCancelledError, RunNotFoundError
+from durable_swarm.testing import ToolCall, calls
 
 from ._memory import Model, agent, ask_then_greet
 from ._waiting import wait_status
@@ -50,6 +54,31 @@ def _notification_queries(seconds: float) -> int:
     finally:
         sa.event.remove(engine, "before_cursor_execute", count)
     return len(seen)
+
+
+def _cancel_from_another_process(run_id: str) -> None:
+    """`DurableClient.cancel(run_id)` in a process of its own, on this test's database."""
+    code = (
+        "import sys\n"
+        "from durable_swarm.durable import DurableClient\n"
+        "with DurableClient(sys.argv[1]) as client:\n"
+        "    client.cancel(sys.argv[2])\n"
+    )
+    url = _dbos.launched_url()
+    assert url is not None
+    subprocess.run([sys.executable, "-c", code, url, run_id], check=True, timeout=120)
+
+
+def _waiting(swarm: DurableSwarm, run_id: str) -> Any:
+    """What `run_id` waits for (None: nothing, or no such run yet)."""
+    try:
+        return swarm.get_run(run_id).waiting_for
+    except RunNotFoundError:
+        return None
+
+
+def user(content: str) -> dict[str, Any]:
+    return {"role": "user", "content": content}
 
 
 def test_many_waiting_runs_cost_one_watcher(
@@ -98,3 +127,44 @@ def test_a_cancelled_waiting_run_gives_its_wait_up_and_resumes(
     info = wait_status(swarm, handle.run_id, "succeeded")
     assert info.messages[-1]["content"] == "Hello Ada."
     assert [s.kind for s in info.steps].count("wait") == 1
+
+
+def test_a_waiting_run_cancelled_from_another_process_gives_its_wait_up_at_once(
+    durable: Callable[..., DurableSwarm], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sweep that would find the cancellation is an hour away: only the notice the cancel
+    # sends can end the wait here.
+    monkeypatch.setattr(_waits, "SWEEP_SECONDS", 3600.0)
+    swarm, clerk = _swarm(durable)
+    handle = swarm.start(clerk, [{"role": "user", "content": "hi"}])
+    wait_status(swarm, handle.run_id, "waiting_for_input")
+    watcher = watcher_for(_dbos.system_database())
+    wait_for(lambda: watcher.waiting() >= 1, "the run's wait held by the watcher")
+
+    _cancel_from_another_process(handle.run_id)
+    wait_for(lambda: watcher.waiting() == 0, "the run to give its wait up", timeout=15)
+    with pytest.raises(RunCancelledError):
+        handle.result()
+
+
+def test_a_sub_agent_waiting_when_its_parent_is_cancelled_elsewhere_gives_its_wait_up(
+    durable: Callable[..., DurableSwarm], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_waits, "SWEEP_SECONDS", 3600.0)
+    clerk = agent("Clerk", functions=[ask_user])
+
+    def boss(messages: list[dict[str, Any]], tools: Any) -> Any:
+        if messages[-1]["role"] == "user":
+            return calls(ToolCall("delegate_to_clerk", {"task": "ask"}))
+        return f"The clerk said: {messages[-1]['content']}"
+
+    swarm = durable(Model(Clerk=ask_then_greet, Boss=boss).client)
+    handle = swarm.start(agent("Boss", functions=[clerk.as_tool()]), [user("hi")])
+    child = f"{handle.run_id}-sub1"
+    wait_for(lambda: _waiting(swarm, child), "the sub-agent to ask")
+    watcher = watcher_for(_dbos.system_database())
+    wait_for(lambda: watcher.waiting() >= 1, "the sub-agent's wait held by the watcher")
+
+    _cancel_from_another_process(handle.run_id)
+    wait_for(lambda: watcher.waiting() == 0, "the sub-agent to give its wait up", timeout=15)
+    assert swarm.get_run(child).status == "cancelled"

@@ -8,6 +8,7 @@ reads the log or writes messages and commands to the database.
 from __future__ import annotations
 
 import abc
+import logging
 from datetime import datetime, timezone
 from typing import Any
 
@@ -21,7 +22,7 @@ from ._listing import PendingApproval, RunFilter, RunQuery
 from ._log import BUDGET_TOPIC, WAITING_EVENT
 from ._notices import Notices
 from ._runs import DBOS_STATUSES, RunInfo, read_run, step_record, summarize, tally_steps
-from ._waits import nudge_watchers
+from ._waits import CANCEL_TOPIC, SWEEP_SECONDS, nudge_watchers
 
 __all__ = ["FINISHED", "LIVE", "ClientSource", "RunCommands", "RunControl"]
 
@@ -31,6 +32,8 @@ FINISHED = ("succeeded", "failed", "cancelled")
 
 # Runs being given a new budget wait here (no process serves this queue) until it is sent.
 _HOLD_QUEUE = "durable_swarm.hold"
+
+logger = logging.getLogger("durable_swarm")
 
 
 def _now() -> str:
@@ -205,10 +208,21 @@ class RunControl:
     # --- steering ----------------------------------------------------------------------------
 
     def cancel(self, run_id: str) -> None:
-        """Cancel a run and its sub-agents."""
-        self.get_run(run_id)
+        """Cancel a run and its sub-agents. A run (or sub-agent) waiting for a person gives its
+        wait up at once in whichever process holds it (see `durable._waits`)."""
+        info = self.get_run(run_id)
         self.source.cancel_workflow(run_id, cancel_children=True)
         nudge_watchers()  # a run of this process waiting for a person gives its wait up now
+        if info.status in FINISHED:
+            return
+        try:  # the notice that wakes the watcher of the process holding the run
+            self.source.send(run_id, {"cancelled_at": _now()}, CANCEL_TOPIC)
+        except Exception as e:  # the run is cancelled; its process sees it at its next sweep
+            logger.warning(
+                "Run %s is cancelled, but the notice to the process that holds it failed (%s): "
+                "if it waits for a person, it gives its wait up within %.0f s.",
+                run_id, e, SWEEP_SECONDS,
+            )  # fmt: skip
 
     def resume(self, run_id: str, budget: Budget | None = None) -> str:
         """Continue a cancelled run, or a failed one from the step that failed. With `budget`,

@@ -13,7 +13,10 @@ messages for all of them:
   polling at all).
 Every `SWEEP_SECONDS`, and after the listener reconnects, it also checks every waiting run
 directly (batched), so a message it missed (a dropped connection, a deleted row whose rowid came
-back) still wakes its run, and a waiting run that was cancelled gives its task up.
+back) still wakes its run, and a waiting run that was cancelled gives its task up. A run
+cancelled through the library, from any process, is also sent a message on `CANCEL_TOPIC`
+(never read by the run): the watcher of the process that holds the run (or one of its
+sub-agents) sees it as any other message and ends those waits at once.
 
 The watcher thread runs only while some run waits; a process with no waiting run makes no query.
 """
@@ -31,13 +34,22 @@ from typing import Any
 import sqlalchemy as sa
 from dbos._error import DBOSWorkflowCancelledError
 
-__all__ = ["SWEEP_SECONDS", "WaitWatcher", "nudge_watchers", "stop_watchers", "watcher_for"]
+__all__ = [
+    "CANCEL_TOPIC",
+    "SWEEP_SECONDS",
+    "WaitWatcher",
+    "nudge_watchers",
+    "stop_watchers",
+    "watcher_for",
+]
 
 logger = logging.getLogger("durable_swarm")
 
 SWEEP_SECONDS = 30.0
 BATCH = 500  # run ids per IN (...) list
 CHANNEL = "dbos_notifications_channel"  # what DBOS's trigger on `notifications` notifies
+# The topic of the notice sent to a run when it is cancelled (see the module docstring).
+CANCEL_TOPIC = "durable_swarm.cancelled"
 
 Key = tuple[str, str]  # (run id, topic)
 
@@ -201,11 +213,18 @@ class WaitWatcher:
             raw.close()
 
     def _wake_found(self, found: set[Key]) -> None:
-        """Wake the waits among `found` whose message is still there (a run consumes its own)."""
+        """Wake the waits among `found` whose message is still there (a run consumes its own);
+        end the waits of runs sent a cancellation notice, and of their sub-agents, if they
+        are cancelled."""
         with self._lock:
             keys = [key for key in found if key in self._waiters]
         if keys:
             self._resolve(self._pending(keys))
+        roots = {run_id for run_id, topic in found if topic == CANCEL_TOPIC}
+        if roots:
+            keys = self._keys()
+            tree = {k[0] for k in keys if any(_within(k[0], root) for root in roots)}
+            self._give_up(keys, tree)
 
     def _sweep(self) -> None:
         """Check every waiting run directly: a pending message wakes it, a cancellation ends it."""
@@ -214,11 +233,15 @@ class WaitWatcher:
         if not keys:
             return
         self._resolve(self._pending(keys))
-        cancelled = self._cancelled({run_id for run_id, _ in keys})
-        if cancelled:
-            for run_id in cancelled:
-                error = DBOSWorkflowCancelledError(f"Run {run_id} was cancelled while it waited")
-                self._resolve([k for k in keys if k[0] == run_id], error)
+        self._give_up(keys, {run_id for run_id, _ in keys})
+
+    def _give_up(self, keys: list[Key], run_ids: set[str]) -> None:
+        """End the waits among `keys` of those of `run_ids` that are cancelled."""
+        if not run_ids:
+            return
+        for run_id in self._cancelled(run_ids):
+            error = DBOSWorkflowCancelledError(f"Run {run_id} was cancelled while it waited")
+            self._resolve([k for k in keys if k[0] == run_id], error)
 
     def _pending(self, keys: list[Key]) -> list[Key]:
         """Those of `keys` with an unconsumed message in the database."""
@@ -248,6 +271,11 @@ class WaitWatcher:
                 ).all()
                 found.extend(r[0] for r in rows)
         return found
+
+
+def _within(run_id: str, root: str) -> bool:
+    """Whether `run_id` is `root` or one of its sub-agent runs (`<root>-sub<N>`, nested)."""
+    return run_id == root or run_id.startswith(f"{root}-sub")
 
 
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
