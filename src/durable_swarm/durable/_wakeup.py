@@ -383,11 +383,10 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
 
     class Execution(core.ActiveWorkflowEntry):
         """One execution of a run here (DBOS's entry): its tree (None: neither a queued run nor
-        a sub-agent started by one here), whether it waits (for a person, or for the member
-        `joins` to end), and whether its tree counts it as running. A wait counts as running
-        until it is known to wait on nothing that runs: a join names its sub-agent's run id,
-        which may not be registered yet (DBOS registers a run in its own task, which has not
-        begun when its parent joins it); the join is counted from then on."""
+        a sub-agent started by one here), whether it waits (for a person, or for the run
+        `joins` to end), and whether its tree counts it as running. A join counts as running
+        until the run it joins is registered here (DBOS registers a run in its own task, which
+        may not have begun when its parent joins it), then as waiting."""
 
         _released: bool
 
