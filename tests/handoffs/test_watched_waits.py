@@ -56,17 +56,23 @@ def _notification_queries(seconds: float) -> int:
     return len(seen)
 
 
-def _cancel_from_another_process(run_id: str) -> None:
-    """`DurableClient.cancel(run_id)` in a process of its own, on this test's database."""
+def _in_another_process(call: str, run_id: str) -> None:
+    """`call` (on `client`, a `DurableClient` on this test's database; the run id is
+    `sys.argv[2]`) in a process of its own."""
     code = (
         "import sys\n"
         "from durable_swarm.durable import DurableClient\n"
         "with DurableClient(sys.argv[1]) as client:\n"
-        "    client.cancel(sys.argv[2])\n"
+        f"    {call}\n"
     )
     url = _dbos.launched_url()
     assert url is not None
     subprocess.run([sys.executable, "-c", code, url, run_id], check=True, timeout=120)
+
+
+def _cancel_from_another_process(run_id: str) -> None:
+    """`DurableClient.cancel(run_id)` in a process of its own."""
+    _in_another_process("client.cancel(sys.argv[2])", run_id)
 
 
 def _waiting(swarm: DurableSwarm, run_id: str) -> Any:
@@ -168,3 +174,21 @@ def test_a_sub_agent_waiting_when_its_parent_is_cancelled_elsewhere_gives_its_wa
     _cancel_from_another_process(handle.run_id)
     wait_for(lambda: watcher.waiting() == 0, "the sub-agent to give its wait up", timeout=15)
     assert swarm.get_run(child).status == "cancelled"
+
+
+def test_a_waiting_run_deleted_from_another_process_gives_its_wait_up(
+    durable: Callable[..., DurableSwarm], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A forced delete cancels the run, then deletes its rows (the cancel's notice with them, on
+    # SQLite possibly before the watcher reads it): the sweep ends a wait whose run is gone.
+    monkeypatch.setattr(_waits, "SWEEP_SECONDS", 1.0)
+    swarm, clerk = _swarm(durable)
+    handle = swarm.start(clerk, [user("hi")])
+    wait_status(swarm, handle.run_id, "waiting_for_input")
+    watcher = watcher_for(_dbos.system_database())
+    wait_for(lambda: watcher.waiting() >= 1, "the run's wait held by the watcher")
+
+    _in_another_process("client.delete_run(sys.argv[2], force=True)", handle.run_id)
+    wait_for(lambda: watcher.waiting() == 0, "the run to give its wait up", timeout=15)
+    with pytest.raises(RunNotFoundError):
+        swarm.get_run(handle.run_id)

@@ -210,7 +210,10 @@ class RunControl:
     def cancel(self, run_id: str) -> None:
         """Cancel a run and its sub-agents. A run (or sub-agent) waiting for a person gives its
         wait up at once in whichever process holds it (see `durable._waits`)."""
-        info = self.get_run(run_id)
+        self._cancel(self.get_run(run_id))
+
+    def _cancel(self, info: RunInfo) -> None:
+        run_id = info.run_id
         self.source.cancel_workflow(run_id, cancel_children=True)
         nudge_watchers()  # a run of this process waiting for a person gives its wait up now
         if info.status in FINISHED:
@@ -293,7 +296,7 @@ class RunControl:
                 "`--force` (force=True)."
             )
         if info.status in LIVE:
-            self.source.cancel_workflow(run_id, cancel_children=True)
+            self._cancel(info)
         ids = [run_id, *self._descendants(info)]
         self.source.delete_workflows(ids, delete_children=True)
         return ids

@@ -236,10 +236,10 @@ class WaitWatcher:
         self._give_up(keys, {run_id for run_id, _ in keys})
 
     def _give_up(self, keys: list[Key], run_ids: set[str]) -> None:
-        """End the waits among `keys` of those of `run_ids` that are cancelled."""
+        """End the waits among `keys` of those of `run_ids` that are cancelled, or deleted."""
         if not run_ids:
             return
-        for run_id in self._cancelled(run_ids):
+        for run_id in self._ended(run_ids):
             error = DBOSWorkflowCancelledError(f"Run {run_id} was cancelled while it waited")
             self._resolve([k for k in keys if k[0] == run_id], error)
 
@@ -260,16 +260,23 @@ class WaitWatcher:
                 found.extend(key for r in rows if (key := (r[0], r[1])) in wanted)
         return found
 
-    def _cancelled(self, run_ids: set[str]) -> list[str]:
+    def _ended(self, run_ids: set[str]) -> list[str]:
+        """Those of `run_ids` that are cancelled, or no longer in the database (deleted: a
+        forced delete cancels a live run first). A count per batch finds deletions; the ids
+        present are read only when some are missing."""
         ws, ids, found = self._status, sorted(run_ids), list[str]()
+        uuid = ws.c.workflow_uuid
         with self._engine.connect() as conn:
             for i in range(0, len(ids), BATCH):
+                batch = ids[i : i + BATCH]
                 rows = conn.execute(
-                    sa.select(ws.c.workflow_uuid).where(
-                        ws.c.workflow_uuid.in_(ids[i : i + BATCH]), ws.c.status == "CANCELLED"
-                    )
+                    sa.select(uuid).where(uuid.in_(batch), ws.c.status == "CANCELLED")
                 ).all()
                 found.extend(r[0] for r in rows)
+                present = conn.execute(sa.select(sa.func.count()).where(uuid.in_(batch)))
+                if int(present.scalar_one()) < len(batch):
+                    kept = {r[0] for r in conn.execute(sa.select(uuid).where(uuid.in_(batch)))}
+                    found.extend(run_id for run_id in batch if run_id not in kept)
         return found
 
 
