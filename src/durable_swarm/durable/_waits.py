@@ -262,21 +262,20 @@ class WaitWatcher:
 
     def _ended(self, run_ids: set[str]) -> list[str]:
         """Those of `run_ids` that are cancelled, or no longer in the database (deleted: a
-        forced delete cancels a live run first). A count per batch finds deletions; the ids
-        present are read only when some are missing."""
+        forced delete cancels a live run first). One summary row per batch of ids; their
+        statuses are read only when some are cancelled or missing."""
         ws, ids, found = self._status, sorted(run_ids), list[str]()
-        uuid = ws.c.workflow_uuid
+        uuid, cancelled = ws.c.workflow_uuid, ws.c.status == "CANCELLED"
+        summary = sa.select(sa.func.count(), sa.func.sum(sa.case((cancelled, 1), else_=0)))
         with self._engine.connect() as conn:
             for i in range(0, len(ids), BATCH):
                 batch = ids[i : i + BATCH]
-                rows = conn.execute(
-                    sa.select(uuid).where(uuid.in_(batch), ws.c.status == "CANCELLED")
-                ).all()
-                found.extend(r[0] for r in rows)
-                present = conn.execute(sa.select(sa.func.count()).where(uuid.in_(batch)))
-                if int(present.scalar_one()) < len(batch):
-                    kept = {r[0] for r in conn.execute(sa.select(uuid).where(uuid.in_(batch)))}
-                    found.extend(run_id for run_id in batch if run_id not in kept)
+                present, stopped = conn.execute(summary.where(uuid.in_(batch))).one()
+                if int(present) == len(batch) and not stopped:
+                    continue
+                rows = conn.execute(sa.select(uuid, ws.c.status).where(uuid.in_(batch))).all()
+                status = {row[0]: row[1] for row in rows}
+                found.extend(r for r in batch if status.get(r, "CANCELLED") == "CANCELLED")
         return found
 
 
