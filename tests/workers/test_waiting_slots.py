@@ -6,9 +6,11 @@ waits, the worker goes on serving the queue with its one slot, so every run that
 finishes without any answer, one at a time. The answers then resume the waiting runs. The
 worker polls its queue only every 600 s here: a slot freed by a run that starts to wait must
 wake the queue at once, as a finished run's does. An answer that arrives while the worker's one
-slot is busy resumes its run only once the busy run ends. The unit tests below drive the
-library's active-run set directly: counts per queue and partition, a run DBOS executes twice
-here, and which run a freed slot goes to.
+slot is busy resumes its run only once the busy run ends. The same holds for a run waiting on
+a sub-agent that asks the person, and again after the worker is killed and the next one takes
+both over. The unit tests below drive the library's active-run set directly: counts per queue
+and partition, a run DBOS executes twice here, which run a freed slot goes to, and a run's tree
+(the sub-agents it starts here): joins, late and recovered sub-agents, cancelled waits.
 """
 
 from __future__ import annotations
