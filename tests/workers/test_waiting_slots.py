@@ -24,7 +24,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from durable_swarm.durable import DurableClient
-from durable_swarm.durable._wakeup import _execution, supported
+from durable_swarm.durable._wakeup import Wakeups, _execution, supported
 from durable_swarm.errors import RunNotFoundError
 
 from .conftest import TIMEOUT, Model, WorkerProcess, wait_for
@@ -185,6 +185,22 @@ async def sub_agent(active: Any, parent: Any, run_id: str) -> Any:
     return await in_task_of(parent, register())
 
 
+async def parked_until(
+    wakeups: Wakeups, run_id: str, until: asyncio.Event, joins: str | None = None
+) -> None:
+    """`run_id` waits (for a person, or for its sub-agent `joins` to end) until `until` is set:
+    run it in a task of the run's execution (`in_task_of`)."""
+    async with wakeups.parked(run_id, joins=joins):
+        await until.wait()
+
+
+def serving(limit: int) -> tuple[Wakeups, Any, list[str]]:
+    """`installed_wakeups()` with a worker that serves queue `q`, `limit` runs at once."""
+    wakeups, active, woken = installed_wakeups()
+    wakeups.add("q", threading.Event(), limit=limit)
+    return wakeups, active, woken
+
+
 def test_the_installed_dbos_gets_the_wakeups_and_the_slot_accounting() -> None:
     # On another DBOS release `install` does nothing (waiting runs keep their slots, queues are
     # only polled): this fails until `_wakeup` is checked against that release.
@@ -257,8 +273,7 @@ def test_the_active_set_counts_per_queue_and_leaves_out_the_runs_waiting_for_a_p
 
 
 def test_an_answered_run_takes_its_slot_back_only_when_the_worker_has_room() -> None:
-    wakeups, active, woken = installed_wakeups()
-    wakeups.add("q", threading.Event(), limit=1)  # the worker serves q, one run at a time
+    wakeups, active, woken = serving(1)
 
     async def scenario() -> None:
         first = active.add("first", "q")
@@ -296,8 +311,7 @@ def test_an_answered_run_takes_its_slot_back_only_when_the_worker_has_room() -> 
 
 
 def test_two_slots_freed_at_once_go_to_two_answered_runs() -> None:
-    wakeups, active, woken = installed_wakeups()
-    wakeups.add("q", threading.Event(), limit=2)
+    wakeups, active, woken = serving(2)
 
     async def scenario() -> None:
         waiting = [active.add(f"w{i}", "q") for i in (1, 2)]
@@ -330,8 +344,7 @@ def test_two_slots_freed_at_once_go_to_two_answered_runs() -> None:
 
 
 def test_a_run_and_its_sub_agents_give_the_slot_back_only_while_none_of_them_runs() -> None:
-    wakeups, active, woken = installed_wakeups()
-    wakeups.add("q", threading.Event(), limit=1)
+    wakeups, active, woken = serving(1)
 
     async def scenario() -> None:
         parent = active.add("p", "q")
@@ -383,23 +396,15 @@ def test_a_run_and_its_sub_agents_give_the_slot_back_only_while_none_of_them_run
 def test_a_sub_agent_cancelled_while_it_waits_takes_the_slot_back_and_leaves_it_to_its_parent() -> (
     None
 ):
-    wakeups, active, woken = installed_wakeups()
-    wakeups.add("q", threading.Event(), limit=1)
+    wakeups, active, woken = serving(1)
 
     async def scenario() -> None:
         parent = active.add("p", "q")
         child = await sub_agent(active, parent, "p-sub1")
         answer, done = asyncio.Event(), asyncio.Event()
+        asking = in_task_of(child, parked_until(wakeups, "p-sub1", answer))
+        joining = in_task_of(parent, parked_until(wakeups, "p", done, joins="p-sub1"))
 
-        async def asks() -> None:
-            async with wakeups.parked("p-sub1"):
-                await answer.wait()
-
-        async def joins() -> None:
-            async with wakeups.parked("p", joins="p-sub1"):
-                await done.wait()
-
-        asking, joining = in_task_of(child, asks()), in_task_of(parent, joins())
         await asyncio.sleep(0.01)
         assert woken == ["q"] and active.count_for_queue("q") == 0
         other = active.add("other", "q")  # the queue gave the slot to another run
@@ -420,28 +425,19 @@ def test_a_sub_agent_cancelled_while_it_waits_takes_the_slot_back_and_leaves_it_
 
 def test_a_join_counts_as_running_until_its_sub_agent_is_registered() -> None:
     # DBOS registers a sub-agent in its own task, which has not begun when the parent joins it.
-    wakeups, active, woken = installed_wakeups()
-    wakeups.add("q", threading.Event(), limit=1)
+    wakeups, active, woken = serving(1)
 
     async def scenario() -> None:
         parent = active.add("p", "q")
         done, answer = asyncio.Event(), asyncio.Event()
 
-        async def joins(run_id: str, done: asyncio.Event) -> None:
-            async with wakeups.parked("p", joins=run_id):
-                await done.wait()
-
-        joining = in_task_of(parent, joins("p-sub1", done))
+        joining = in_task_of(parent, parked_until(wakeups, "p", done, joins="p-sub1"))
         await asyncio.sleep(0.01)
         assert woken == [] and active.count_for_queue("q") == 1  # nothing known to wait on
         child = await sub_agent(active, parent, "p-sub1")
         assert woken == [] and active.count_for_queue("q") == 1  # the sub-agent runs
+        asking = in_task_of(child, parked_until(wakeups, "p-sub1", answer))
 
-        async def asks() -> None:
-            async with wakeups.parked("p-sub1"):
-                await answer.wait()
-
-        asking = in_task_of(child, asks())
         await asyncio.sleep(0.01)
         assert woken == ["q"] and active.count_for_queue("q") == 0
         answer.set()
@@ -452,7 +448,7 @@ def test_a_join_counts_as_running_until_its_sub_agent_is_registered() -> None:
         await asyncio.wait_for(joining, 5)
         # a join of a run that never registers here (recovered on its own) keeps the slot
         other_done = asyncio.Event()
-        never = in_task_of(parent, joins("p-sub2", other_done))
+        never = in_task_of(parent, parked_until(wakeups, "p", other_done, joins="p-sub2"))
         await asyncio.sleep(0.01)
         assert woken == ["q"] and active.count_for_queue("q") == 1
         other_done.set()
@@ -464,8 +460,7 @@ def test_a_join_counts_as_running_until_its_sub_agent_is_registered() -> None:
 
 
 def test_answered_sub_agents_of_one_tree_share_the_slot_the_first_takes_back() -> None:
-    wakeups, active, woken = installed_wakeups()
-    wakeups.add("q", threading.Event(), limit=1)
+    wakeups, active, woken = serving(1)
 
     async def scenario() -> None:
         parent = active.add("p", "q")
@@ -478,12 +473,9 @@ def test_answered_sub_agents_of_one_tree_share_the_slot_the_first_takes_back() -
                 await answers[i].wait()
             resumed.append(f"p-sub{i + 1}")
 
-        async def joins() -> None:
-            async with wakeups.parked("p", joins="p-sub1"):
-                await asyncio.Event().wait()  # the parent joins for good here
-
         tasks = [in_task_of(child, asks(i)) for i, child in enumerate(children)]
-        joining = in_task_of(parent, joins())
+        forever = asyncio.Event()  # the parent joins for good here
+        joining = in_task_of(parent, parked_until(wakeups, "p", forever, joins="p-sub1"))
         await asyncio.sleep(0.01)
         assert woken == ["q"] and active.count_for_queue("q") == 0
         other = active.add("other", "q")
@@ -502,18 +494,12 @@ def test_answered_sub_agents_of_one_tree_share_the_slot_the_first_takes_back() -
 
 
 def test_a_slot_handed_to_a_wait_that_is_cancelled_goes_to_the_queue() -> None:
-    wakeups, active, woken = installed_wakeups()
-    wakeups.add("q", threading.Event(), limit=1)
+    wakeups, active, woken = serving(1)
 
     async def scenario() -> None:
         first = active.add("first", "q")
         answer = asyncio.Event()
-
-        async def waits() -> None:
-            async with wakeups.parked("first"):
-                await answer.wait()
-
-        task = in_task_of(first, waits())
+        task = in_task_of(first, parked_until(wakeups, "first", answer))
         await asyncio.sleep(0.01)
         busy = active.add("busy", "q")
         answer.set()
@@ -532,19 +518,13 @@ def test_a_slot_handed_to_a_wait_that_is_cancelled_goes_to_the_queue() -> None:
 def test_a_sub_agent_registered_after_its_tree_gave_the_slot_back_takes_it_back() -> None:
     # A safety net: the parent lets its new sub-agents register before it joins one, so this
     # does not happen in a run; if it did, the late sub-agent still runs within its tree's slot.
-    wakeups, active, woken = installed_wakeups()
-    wakeups.add("q", threading.Event(), limit=1)
+    wakeups, active, woken = serving(1)
 
     async def scenario() -> None:
         parent = active.add("p", "q")
         done = asyncio.Event()
-
-        async def joins() -> None:
-            async with wakeups.parked("p", joins="p-sub1"):
-                await done.wait()
-
         first = await sub_agent(active, parent, "p-sub1")
-        joining = in_task_of(parent, joins())
+        joining = in_task_of(parent, parked_until(wakeups, "p", done, joins="p-sub1"))
         first.release()  # hands the slot to the joining parent
         await asyncio.sleep(0.01)
         assert active.count_for_queue("q") == 1
@@ -552,12 +532,7 @@ def test_a_sub_agent_registered_after_its_tree_gave_the_slot_back_takes_it_back(
         done.set()
         await joining
         answer = asyncio.Event()
-
-        async def asks() -> None:
-            async with wakeups.parked("p"):
-                await answer.wait()
-
-        asking = in_task_of(parent, asks())
+        asking = in_task_of(parent, parked_until(wakeups, "p", answer))
         await asyncio.sleep(0.01)
         assert woken == ["q"] and active.count_for_queue("q") == 0
         late = await sub_agent(active, parent, "p-sub2")
@@ -575,19 +550,14 @@ def test_a_sub_agent_registered_after_its_tree_gave_the_slot_back_takes_it_back(
 def test_a_join_of_a_run_recovered_on_its_own_here_does_not_hold_the_slot() -> None:
     # After a crash DBOS recovers a sub-agent from its internal queue, apart from its parent:
     # the parent's join waits on work that is not its tree's, registered before or after it.
-    wakeups, active, woken = installed_wakeups()
-    wakeups.add("q", threading.Event(), limit=1)
+    wakeups, active, woken = serving(1)
 
     async def scenario() -> None:
         recovered = active.add("p-sub1", "_dbos_internal_queue")
         parent = active.add("p", "q")
         done = asyncio.Event()
 
-        async def joins(run_id: str) -> None:
-            async with wakeups.parked("p", joins=run_id):
-                await done.wait()
-
-        joining = in_task_of(parent, joins("p-sub1"))
+        joining = in_task_of(parent, parked_until(wakeups, "p", done, joins="p-sub1"))
         await asyncio.sleep(0.01)
         assert woken.count("q") == 1 and active.count_for_queue("q") == 0
         recovered.release()  # it ended: the parent takes a slot back (the worker has room)
@@ -595,7 +565,8 @@ def test_a_join_of_a_run_recovered_on_its_own_here_does_not_hold_the_slot() -> N
         await asyncio.wait_for(joining, 5)
         assert active.count_for_queue("q") == 1
         done.clear()
-        joining = in_task_of(parent, joins("p-sub2"))  # registered after the join
+        # registered after the join
+        joining = in_task_of(parent, parked_until(wakeups, "p", done, joins="p-sub2"))
         await asyncio.sleep(0.01)
         assert woken.count("q") == 1 and active.count_for_queue("q") == 1
         later = active.add("p-sub2", "_dbos_internal_queue")
@@ -613,24 +584,15 @@ def test_a_tree_that_takes_its_slot_back_lets_its_runs_in_line_go_on() -> None:
     # The tree takes its slot back outside the line (a late sub-agent registers; a wait is
     # cancelled): its answered sub-agent waiting in line goes on in that slot at once.
     async def scenario(how: str) -> None:
-        wakeups, active, _ = installed_wakeups()
-        wakeups.add("q", threading.Event(), limit=1)
+        wakeups, active, _ = serving(1)
         parent = active.add("p", "q")
         a = await sub_agent(active, parent, "p-a")
         b = await sub_agent(active, parent, "p-b")
         answered, joined = asyncio.Event(), asyncio.Event()
 
-        async def waits(run_id: str, until: asyncio.Event) -> None:
-            async with wakeups.parked(run_id):
-                await until.wait()
-
-        async def joins() -> None:
-            async with wakeups.parked("p", joins="p-a"):
-                await joined.wait()
-
-        asking_a = in_task_of(a, waits("p-a", answered))
-        asking_b = in_task_of(b, waits("p-b", asyncio.Event()))
-        joining = in_task_of(parent, joins())
+        asking_a = in_task_of(a, parked_until(wakeups, "p-a", answered))
+        asking_b = in_task_of(b, parked_until(wakeups, "p-b", asyncio.Event()))
+        joining = in_task_of(parent, parked_until(wakeups, "p", joined, joins="p-a"))
         await asyncio.sleep(0.01)
         assert active.count_for_queue("q") == 0
         other = active.add("other", "q")  # the queue gave the slot to another run
@@ -655,18 +617,12 @@ def test_a_tree_that_takes_its_slot_back_lets_its_runs_in_line_go_on() -> None:
 def test_a_slot_freed_while_an_answered_run_looks_for_room_is_not_lost() -> None:
     # A run of the queue ends on another thread just as the answered run joins the line: the
     # answered run finds room and goes on; the slot handed to it meanwhile goes to the queue.
-    wakeups, active, woken = installed_wakeups()
-    wakeups.add("q", threading.Event(), limit=2)
+    wakeups, active, woken = serving(2)
 
     async def scenario() -> None:
         waiting, other = active.add("w", "q"), active.add("other", "q")
         answer = asyncio.Event()
-
-        async def waits() -> None:
-            async with wakeups.parked("w"):
-                await answer.wait()
-
-        task = in_task_of(waiting, waits())
+        task = in_task_of(waiting, parked_until(wakeups, "w", answer))
         await asyncio.sleep(0.01)
         woken.clear()
 

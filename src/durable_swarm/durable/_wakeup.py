@@ -189,12 +189,10 @@ class Wakeups:
         ended, or runs elsewhere, never is); a join of a run registered here outside the tree
         (a sub-agent this process recovered on its own after a crash) waits on work that is not
         the tree's, as a wait for a person does."""
-        execution = _execution.get(None)
-        active = self._active
-        if active is None or execution is None:
-            yield
-            return
-        paused, freed = active.pause(execution, run_id, joins)
+        execution, active = _execution.get(None), self._active
+        paused, freed = (False, None)
+        if active is not None and execution is not None:
+            paused, freed = active.pause(execution, run_id, joins)
         if not paused:
             yield
             return
