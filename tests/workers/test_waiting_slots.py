@@ -7,10 +7,11 @@ finishes without any answer, one at a time. The answers then resume the waiting 
 worker polls its queue only every 600 s here: a slot freed by a run that starts to wait must
 wake the queue at once, as a finished run's does. An answer that arrives while the worker's one
 slot is busy resumes its run only once the busy run ends. The same holds for a run waiting on
-a sub-agent that asks the person, and again after the worker is killed and the next one takes
-both over. The unit tests below drive the library's active-run set directly: counts per queue
-and partition, a run DBOS executes twice here, which run a freed slot goes to, and a run's tree
-(the sub-agents it starts here): joins, late and recovered sub-agents, cancelled waits.
+a sub-agent that asks the person, again after the worker is killed and the next one takes
+both over, and when another process takes the sub-agent over. The unit tests below drive the
+library's active-run set directly: counts per queue and partition, a run DBOS executes twice
+here, which run a freed slot goes to, and a run's tree (the sub-agents it starts here): joins,
+late, recovered and remote sub-agents, cancelled waits.
 """
 
 from __future__ import annotations
@@ -18,12 +19,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import re
 import threading
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from durable_swarm.durable import DurableClient
+import pytest
+import sqlalchemy as sa
+
+from durable_swarm.durable import DurableClient, _wakeup
 from durable_swarm.durable._wakeup import Wakeups, _execution, supported
 from durable_swarm.errors import RunNotFoundError
 
@@ -157,6 +162,69 @@ def test_after_a_crash_the_waiting_sub_agent_still_leaves_the_slot_to_other_runs
         answer = delegating.result(timeout=TIMEOUT).messages[-1]["content"]
         assert answer == "delegate: ask: Ada"
     assert second.terminate() == 0
+
+
+def test_a_parent_whose_sub_agent_another_process_took_over_leaves_the_slot_to_other_runs(
+    start_worker: Callable[..., WorkerProcess], make_database_url: Callable[..., str]
+) -> None:
+    # The worker dies while a run's sub-agent waits for the person. A worker of another queue
+    # takes the dead one's runs over: it executes the sub-agent (DBOS's internal queue carries
+    # recovered runs, and every worker serves it) and puts the parent back on its queue, which
+    # the next worker of that queue takes. The parent's join there waits on the other
+    # process's work: that worker's one slot serves the other runs meanwhile.
+    url = make_database_url("subelsewhere")
+    settings = {"database_url": url, "queue": QUEUE, "concurrency": 1, "poll_interval": LONG_POLL}
+    assert start_worker("subelsewhere-setup", **settings).wait_ready().terminate() == 0
+    with DurableClient(url) as client:
+        delegating = client.start("Helper", user("delegate e1"), queue=QUEUE)
+        first = start_worker("subelsewhere-1", **settings).wait_ready()
+        child = f"{delegating.run_id}-sub1"
+        wait_for(lambda: question_of(client, child), "the sub-agent's question")
+        first.kill()
+        other = start_worker("subelsewhere-other", **{**settings, "queue": "other-queue"})
+        other_id = executor_of(other.wait_ready())
+        taken_over = [("ENQUEUED", None), ("PENDING", other_id)]
+        wait_for(lambda: executions_of(url, [delegating.run_id, child]) == taken_over,
+                 "the takeover", workers=(other,))  # fmt: skip
+        second = start_worker("subelsewhere-2", **settings).wait_ready()
+        wait_for(lambda: executions_of(url, [delegating.run_id])[0][1] == executor_of(second),
+                 "the parent to run again", workers=(second,))  # fmt: skip
+        echoes = [client.start("Helper", user(f"echo e{i}"), queue=QUEUE) for i in (2, 3)]
+        results = [h.result(timeout=TIMEOUT) for h in echoes]
+        assert [r.messages[-1]["content"] for r in results] == ["echo: e2", "echo: e3"]
+        assert client.get_run(delegating.run_id).status == "pending"
+        client.send_input(child, "Ada")
+        answer = delegating.result(timeout=TIMEOUT).messages[-1]["content"]
+        assert answer == "delegate: ask: Ada"
+    assert second.terminate() == 0 and other.terminate() == 0
+
+
+def executor_of(worker: WorkerProcess) -> str:
+    """The executor id a worker's startup line names."""
+    found = re.search(r"as executor '([^']+)'", worker.output())
+    assert found is not None, worker.output()
+    return found[1]
+
+
+def executions_of(url: str, run_ids: list[str]) -> list[tuple[str, str | None]]:
+    """DBOS's status of each run and the executor holding it (None: queued, no executor)."""
+    table = "workflow_status" if url.startswith("sqlite") else "dbos.workflow_status"
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = dict(
+                (r[0], (r[1], r[2] if r[1] != "ENQUEUED" else None))
+                for r in conn.execute(
+                    sa.text(
+                        f"SELECT workflow_uuid, status, executor_id FROM {table} "
+                        "WHERE workflow_uuid IN :ids"
+                    ).bindparams(sa.bindparam("ids", expanding=True)),
+                    {"ids": run_ids},
+                )
+            )
+    finally:
+        engine.dispose()
+    return [rows.get(run_id, ("missing", None)) for run_id in run_ids]
 
 
 def question_of(client: DurableClient, run_id: str) -> Any:
@@ -446,13 +514,65 @@ def test_a_join_counts_as_running_until_its_sub_agent_is_registered() -> None:
         child.release()
         done.set()
         await asyncio.wait_for(joining, 5)
-        # a join of a run that never registers here (recovered on its own) keeps the slot
+        # a join of a run that does not register here keeps the slot for a moment (see below)
         other_done = asyncio.Event()
         never = in_task_of(parent, parked_until(wakeups, "p", other_done, joins="p-sub2"))
         await asyncio.sleep(0.01)
         assert woken == ["q"] and active.count_for_queue("q") == 1
         other_done.set()
         await asyncio.wait_for(never, 5)
+        parent.release()
+        assert active.count_for_queue("q") == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_join_of_a_sub_agent_running_in_another_process_gives_the_slot_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # After a crash another process may take the sub-agent over: it never registers here, and
+    # the parent's join waits on that process's work. Once the sub-agent has not registered
+    # for `JOIN_ELSEWHERE_SECONDS`, the slot serves other runs; when the join ends, the parent
+    # takes a slot back (waiting while the worker is full).
+    monkeypatch.setattr(_wakeup, "JOIN_ELSEWHERE_SECONDS", 0.2)
+    wakeups, active, woken = serving(1)
+
+    async def scenario() -> None:
+        parent = active.add("p", "q")
+        done = asyncio.Event()
+        joining = in_task_of(parent, parked_until(wakeups, "p", done, joins="p-sub1"))
+        await asyncio.sleep(0.05)
+        assert woken == [] and active.count_for_queue("q") == 1
+        await asyncio.sleep(0.3)
+        assert woken == ["q"] and active.count_for_queue("q") == 0
+        other = active.add("other", "q")  # the queue gave the slot to another run
+        done.set()
+        await asyncio.sleep(0.05)
+        assert not joining.done() and active.count_for_queue("q") == 1  # full: it waits
+        other.release()  # the slot goes to the parent, not to a new run
+        await asyncio.wait_for(joining, 5)
+        assert woken == ["q"] and active.count_for_queue("q") == 1
+        # the sub-agent registers here in the tree after all (started late): it runs, so the
+        # tree takes its slot back at once, and its end hands the slot to the join
+        done.clear()
+        joining = in_task_of(parent, parked_until(wakeups, "p", done, joins="p-sub2"))
+        await asyncio.sleep(0.3)
+        assert woken == ["q", "q"] and active.count_for_queue("q") == 0
+        child = await sub_agent(active, parent, "p-sub2")
+        assert active.count_for_queue("q") == 1
+        child.release()
+        assert active.count_for_queue("q") == 1  # no slot freed in between
+        done.set()
+        await asyncio.wait_for(joining, 5)
+        assert woken == ["q", "q"] and active.count_for_queue("q") == 1
+        # a join that ends within the moment frees nothing
+        done.clear()
+        joining = in_task_of(parent, parked_until(wakeups, "p", done, joins="p-sub3"))
+        await asyncio.sleep(0.05)
+        done.set()
+        await asyncio.wait_for(joining, 5)
+        await asyncio.sleep(0.3)
+        assert woken == ["q", "q"] and active.count_for_queue("q") == 1
         parent.release()
         assert active.count_for_queue("q") == 0
 

@@ -27,7 +27,9 @@ DBOS instance, before launch:
   have no queue, and DBOS registers each in a task copied from its parent's): while the parent
   waits for a sub-agent to end (`parked(run_id, joins=...)`) and every sub-agent still running
   waits for a person, the tree gives its one slot back; the first of them answered takes it
-  back, and a sub-agent that ends hands it to the parent joining it.
+  back, and a sub-agent that ends hands it to the parent joining it. A join of a sub-agent that
+  runs in another process (taken over there after a crash) gives the slot back once the
+  sub-agent has not registered here within `JOIN_ELSEWHERE_SECONDS`.
 DBOS counts a queue's active runs by scanning all of them at every look at every queue (1.5
 ms per look with 10,000 waiting runs here); the replacement set keeps a count per queue.
 
@@ -65,6 +67,11 @@ logger = logging.getLogger("durable_swarm")
 
 # The DBOS versions whose queue thread and active-run set this module was written against.
 SUPPORTED_DBOS = ((3, 4),)
+
+# How long a join of a run not registered here counts as running: DBOS registers a sub-agent
+# started here within moments; one that is not registered by then runs in another process (taken
+# over there after a crash) or has ended, and the join waits on work that is not the tree's.
+JOIN_ELSEWHERE_SECONDS = 1.0
 
 # False leaves DBOS's queue threads as they are (polling only): the baseline that
 # `benchmarks/workers.py` measures the wake-ups against.
@@ -185,10 +192,11 @@ class Wakeups:
         wait, before the queue takes a new run. A block that raises (the run was cancelled, the
         process stops) takes the slot back at once. A run in no queued tree, a second wait of
         the same execution, or a wait in a task that is not the run's workflow's frees nothing.
-        A join of a run that is not registered here counts as running until it is (a run that
-        ended, or runs elsewhere, never is); a join of a run registered here outside the tree
-        (a sub-agent this process recovered on its own after a crash) waits on work that is not
-        the tree's, as a wait for a person does."""
+        A join of a run that is not registered here counts as running until it is, or for
+        `JOIN_ELSEWHERE_SECONDS` at most (a run that ended, or runs in another process, never
+        is); then, as a join of a run registered here outside the tree (a sub-agent this
+        process recovered on its own after a crash), it waits on work that is not the tree's,
+        as a wait for a person does."""
         execution, active = _execution.get(None), self._active
         paused, freed = (False, None)
         if active is not None and execution is not None:
@@ -196,6 +204,11 @@ class Wakeups:
         if not paused:
             yield
             return
+        elsewhere = None
+        if isinstance(execution.joins, str):  # not registered here (yet)
+            elsewhere = asyncio.get_running_loop().call_later(
+                JOIN_ELSEWHERE_SECONDS, self._joins_elsewhere, execution
+            )
         try:
             if freed is not None:
                 self._slot_freed(freed)
@@ -204,8 +217,17 @@ class Wakeups:
             if queue is not None:  # the tree gave its slot back: take one first
                 await self._slot_back(queue, execution)
         finally:
+            if elsewhere is not None:
+                elsewhere.cancel()
             if active.retake(execution):  # the block raised: the tree took its slot back
                 self._tree_back(execution.tree.queue, execution.tree)
+
+    def _joins_elsewhere(self, execution: Any) -> None:
+        """`execution` still joins a run that has not registered here: that run's work is
+        not its tree's (see `parked`); the tree's slot goes to the next run if none of it runs."""
+        freed = self._active.join_elsewhere(execution)
+        if freed is not None:
+            self._slot_freed(freed)
 
     async def _slot_back(self, queue: str, execution: Any) -> None:
         """Count waiting `execution` as running again once its tree may run: when the worker
@@ -384,7 +406,8 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
         a sub-agent started by one here), whether it waits (for a person, or for the run
         `joins` to end), and whether its tree counts it as running. A join counts as running
         until the run it joins is registered here (DBOS registers a run in its own task, which
-        may not have begun when its parent joins it), then as waiting."""
+        may not have begun when its parent joins it), then as waiting; also as waiting once
+        that run has not registered within `JOIN_ELSEWHERE_SECONDS` (it runs elsewhere)."""
 
         _released: bool
 
@@ -455,12 +478,13 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
                 # tree (which runs for it), or a run outside it (whose work is not the tree's).
                 for joiner in self._pending.pop(key, ()):
                     joined = joiner.tree
-                    if not (joiner.waiting and joiner.counted and joined and joined.live):
+                    if not (joiner.waiting and joined and joined.live):
                         continue
-                    joiner.counted = False
-                    joined.running -= 1
                     joiner.joins = execution if execution.tree is joined else None
-                    freed.append(self._give_back(joined))
+                    if joiner.counted:  # else no longer counted (see `join_elsewhere`)
+                        joiner.counted = False
+                        joined.running -= 1
+                        freed.append(self._give_back(joined))
             _execution.set(execution)
             if back is not None:  # its members in line for a slot go on in the tree's
                 wakeups._tree_back(back.queue, back)
@@ -525,9 +549,10 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
         ) -> tuple[bool, str | None]:
             """Mark `execution` (of `run_id`, in a live tree, running here) as waiting: for a
             person, or for the run `joins` to end (a member of the tree, or a run registered
-            here outside it; counted as running until that run is registered). Returns
-            whether it did (nothing is done for any other execution), and the queue whose slot
-            that freed (no execution of the tree is counted as running any more), if any."""
+            here outside it; counted as running until that run is registered, see
+            `join_elsewhere`). Returns whether it did (nothing is done for any other
+            execution), and the queue whose slot that freed (no execution of the tree is
+            counted as running any more), if any."""
             with self._lock:
                 tree = execution.tree
                 if (
@@ -553,6 +578,25 @@ def _active_runs(core: Any, wakeups: Wakeups) -> Any:
                 execution.counted = False
                 tree.running -= 1
                 return True, self._give_back(tree)
+
+        def join_elsewhere(self, execution: Any) -> str | None:
+            """If waiting `execution` still joins a run not registered here, stop counting it
+            as running (the run it joins is not its tree's work, unless it registers here in
+            the tree later, which then runs for it); returns the queue whose slot that freed,
+            if any."""
+            with self._lock:
+                tree = execution.tree
+                if not (
+                    isinstance(execution.joins, str)
+                    and execution.waiting
+                    and execution.counted
+                    and tree is not None
+                    and tree.live
+                ):
+                    return None
+                execution.counted = False
+                tree.running -= 1
+                return self._give_back(tree)
 
         def given_back(self, tree: _Tree) -> bool:
             """Whether `tree` gave its slot back (and its root still runs here)."""
