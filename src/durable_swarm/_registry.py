@@ -11,6 +11,7 @@ fingerprint (`resolve`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
@@ -45,12 +46,27 @@ def _describe(instructions: Any) -> str:
 
 def fingerprint(agent: Any) -> str:
     """A short, stable hash of an agent's definition: instructions, function names, model."""
+    return _hash(
+        agent.name,
+        agent.model,
+        _describe(agent.instructions),
+        tuple(getattr(f, "__name__", repr(f)) for f in agent.functions),
+        tuple(getattr(s, "name", repr(s)) for s in getattr(agent, "skills", None) or []),
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _hash(
+    name: Any, model: Any, instructions: str, functions: tuple[str, ...], skills: tuple[str, ...]
+) -> str:
+    """The fingerprint of one definition (computed once per definition: every model call of a
+    durable run names its agent by it)."""
     definition = {
-        "name": agent.name,
-        "model": agent.model,
-        "instructions": _describe(agent.instructions),
-        "functions": [getattr(f, "__name__", repr(f)) for f in agent.functions],
-        "skills": [getattr(s, "name", repr(s)) for s in getattr(agent, "skills", None) or []],
+        "name": name,
+        "model": model,
+        "instructions": instructions,
+        "functions": list(functions),
+        "skills": list(skills),
     }
     raw = json.dumps(definition, sort_keys=True).encode()
     return hashlib.sha256(raw).hexdigest()[:16]

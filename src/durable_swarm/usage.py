@@ -10,6 +10,7 @@ has no known price, or whose server reported no usage, has no cost: totals over 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,8 +169,19 @@ def check_prices(prices: Prices | None) -> dict[str, dict[str, float]]:
     return checked
 
 
+# Models `genai-prices` did not know, with when it was asked (`time.monotonic()`): asked again
+# only after `_UNPRICED_SECONDS`, as its table can be updated while a process runs (a local or
+# custom model is never in it, and a miss costs more than the call's own bookkeeping).
+_unpriced: dict[str, float] = {}
+_UNPRICED_SECONDS = 300.0
+_UNPRICED_LIMIT = 1024
+
+
 def _known_price(model: str, usage: Usage) -> float | None:
     """The public price of a call from `genai-prices`, None if the model is not in its table."""
+    missed = _unpriced.get(model)
+    if missed is not None and time.monotonic() - missed < _UNPRICED_SECONDS:
+        return None
     try:
         from genai_prices import Usage as PriceUsage
         from genai_prices import calc_price
@@ -185,7 +197,11 @@ def _known_price(model: str, usage: Usage) -> float | None:
             model_ref=model,
         )
     except LookupError:
+        if len(_unpriced) >= _UNPRICED_LIMIT:
+            _unpriced.clear()
+        _unpriced[model] = time.monotonic()
         return None
+    _unpriced.pop(model, None)
     return float(price.total_price)
 
 

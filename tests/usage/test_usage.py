@@ -94,6 +94,37 @@ def test_cost_of_a_known_model_comes_from_genai_prices() -> None:
     assert call_cost("gpt-4o", reported) > 0
 
 
+def test_a_model_genai_prices_does_not_know_is_asked_about_again_only_after_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A local or custom model is never in the table: every call of it asking again would cost
+    # more than the call's own bookkeeping. The table can be updated while the process runs,
+    # so a miss is remembered for `_UNPRICED_SECONDS` only.
+    import genai_prices
+
+    from durable_swarm import usage
+
+    asked: list[str] = []
+    known: dict[str, float] = {}
+
+    def calc_price(price_usage: Any, model_ref: str) -> Any:
+        asked.append(model_ref)
+        if model_ref not in known:
+            raise LookupError(model_ref)
+        return dataclasses.make_dataclass("Price", ["total_price"])(known[model_ref])
+
+    monkeypatch.setattr(genai_prices, "calc_price", calc_price)
+    monkeypatch.setattr(usage, "_unpriced", {})
+    assert call_cost("local-model", USAGES[1]) is None
+    assert call_cost("local-model", USAGES[1]) is None
+    assert asked == ["local-model"]
+    known["local-model"] = 0.5  # the table was updated
+    monkeypatch.setattr(usage, "_UNPRICED_SECONDS", 0.0)
+    assert call_cost("local-model", USAGES[1]) == 0.5
+    assert call_cost("local-model", USAGES[1]) == 0.5
+    assert asked == ["local-model"] * 3 and usage._unpriced == {}
+
+
 def test_user_prices_take_precedence_and_price_cached_input() -> None:
     prices = check_prices({"gpt-4o": {"input": 1.0, "output": 2.0, "cached_input": 0.5}})
     # 20 uncached input at 1.0, 100 cached at 0.5, 7 output at 2.0 (USD per million)
