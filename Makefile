@@ -9,7 +9,7 @@ DURABLE_SWARM_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
 export DURABLE_SWARM_TEST_POSTGRES_URL
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test test-faults lint typecheck pytest browser fuse bench bench-quick clean
+.PHONY: demo test test-faults lint typecheck pytest browser fuse valgrind bench bench-quick clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -66,9 +66,19 @@ fuse:
 	      || echo "Could not install libfuse3-3: the read-only SQLite test will skip (fail under CI)."; \
 	  else echo "No libfuse3 and not root: the read-only SQLite test will skip."; fi; }
 
-bench: $(STAMP)
+# `instructions.py` counts instructions under Valgrind's callgrind (Debian's valgrind, installed
+# here when missing and running as root).
+valgrind:
+	@command -v valgrind >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null) \
+	      || echo "Could not install valgrind: benchmarks/instructions.py will fail."; \
+	  else echo "No valgrind and not root: benchmarks/instructions.py will fail."; fi; }
+
+bench: $(STAMP) valgrind
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/runcost.py
+	$(BIN)/python benchmarks/instructions.py
 	$(BIN)/python benchmarks/owncost.py
 	$(BIN)/python benchmarks/concurrency.py
 	$(BIN)/python benchmarks/recovery.py
@@ -80,9 +90,10 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/import_time.py
 
 # Small runs of the benchmarks (CI runs this once, so they cannot rot); the figures are noisy.
-bench-quick: $(STAMP)
+bench-quick: $(STAMP) valgrind
 	$(BIN)/python benchmarks/overhead.py --quick
 	$(BIN)/python benchmarks/runcost.py --quick
+	$(BIN)/python benchmarks/instructions.py --quick
 	$(BIN)/python benchmarks/owncost.py --quick
 	$(BIN)/python benchmarks/recovery.py --quick
 	$(BIN)/python benchmarks/workers.py --quick
