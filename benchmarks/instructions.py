@@ -113,6 +113,8 @@ async def worker_main(args: argparse.Namespace) -> dict[str, Any]:
     after, seconds = await asyncio.to_thread(_by_thread), time.perf_counter() - start
     at_rest = {t for t, n in after.items() if (n - before.get(t, 0)) / seconds > AT_REST}
     rest_rate = _spent(before, after) / seconds
+    for batch in kinds.values():  # what the rest let lapse (the HTTP keep-alive connections)
+        await batch()
     counts: dict[str, list[float]] = {kind: [] for kind in kinds}
     totals: dict[str, list[float]] = {kind: [] for kind in kinds}
     order = list(kinds)
