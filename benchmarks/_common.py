@@ -249,12 +249,15 @@ def run_worker(script: str, args: Sequence[str], *, timeout: float = 1800) -> di
     """Run `python benchmarks/<script> <args>` and return the result it `emit`ted."""
     cmd = [sys.executable, str(BENCH_DIR / script), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return result_of(proc, f"worker {' '.join(args)}")
+
+
+def result_of(proc: subprocess.CompletedProcess[str], what: str) -> dict[str, Any]:
+    """The result a finished worker process `emit`ted; else an error naming `what` failed."""
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_PREFIX):
             return json.loads(line[len(RESULT_PREFIX) :])  # type: ignore[no-any-return]
-    raise RuntimeError(
-        f"worker {' '.join(args)} failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-    )
+    raise RuntimeError(f"{what} failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
 
 
 # --- output --------------------------------------------------------------------------------

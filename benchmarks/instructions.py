@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import re
 import shutil
@@ -42,12 +41,12 @@ from typing import Any
 import runcost
 from _common import (
     BARE_CLIENT,
-    RESULT_PREFIX,
     databases,
     emit,
     make_async_client,
     median,
     print_table,
+    result_of,
 )
 
 from durable_swarm.testing import FakeOpenAIServer
@@ -148,11 +147,9 @@ def _start(worker_args: list[str], out: Path) -> subprocess.Popen[str]:
 
 def _result(process: subprocess.Popen[str], label: str) -> dict[str, Any]:
     stdout, stderr = process.communicate(timeout=3600)
-    for line in stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX) :])  # type: ignore[no-any-return]
-    tail = "\n".join(stderr.splitlines()[-30:])
-    raise RuntimeError(f"the {label} worker failed (exit {process.returncode}):\n{stdout}\n{tail}")
+    tail = "\n".join(stderr.splitlines()[-30:])  # after Valgrind's own report
+    done = subprocess.CompletedProcess(process.args, process.returncode, stdout, tail)
+    return result_of(done, f"the {label} worker")
 
 
 HEADERS = ["database", "durable", "bare DBOS", "durable/bare", "range", "bare again/bare"]
