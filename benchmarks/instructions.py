@@ -5,8 +5,10 @@ spreads over 0.7-1.6x). This benchmark runs the same scenario (model -> sync too
 `openai.AsyncOpenAI` over HTTP to a `FakeOpenAIServer`, N runs at once, the same bare DBOS
 workflow as baseline) in a worker process under Valgrind's callgrind, and counts the user-space
 instructions the worker executes in interleaved windows of one batch each. A count does not
-depend on what else the machine does; what it leaves out is the kernel's work (system calls,
-the same for both kinds within 1% by `strace -c`) and how fast each instruction runs.
+include time lost to other jobs, but it still depends on timing (a busy SQLite retries its
+lock, a loaded event loop handles fewer events per turn): run it on a quiet machine. It leaves
+out the kernel's work (system calls, the same for both kinds within 1% by `strace -c`) and how
+fast each instruction runs.
 
 A run's count is that of the threads that do the runs' work: the event loop's, DBOS's
 executor, this library's pools. The threads that work while no run exists (DBOS's queue
@@ -20,7 +22,7 @@ of the rounds' own ratios), with a second bare batch per round against the first
 bare": the measurement's own noise). The workers of the two databases run at once. Needs
 Valgrind (`apt-get install valgrind`).
 
-    .venv/bin/python benchmarks/instructions.py            # N = 20, 3 rounds
+    .venv/bin/python benchmarks/instructions.py            # N = 20, 4 rounds
     .venv/bin/python benchmarks/instructions.py --quick    # N = 5, 1 round
 """
 
@@ -160,7 +162,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="N = 5, 1 round")
     parser.add_argument("--n", type=int, help="runs at once (default 20)")
-    parser.add_argument("--rounds", type=int, help="counted rounds (default 3)")
+    parser.add_argument("--rounds", type=int, help="counted rounds (default 4)")
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
@@ -175,7 +177,7 @@ def main() -> None:
     if missing:
         sys.exit(f"{' and '.join(missing)} not found: install Valgrind (apt-get install valgrind)")
     n = args.n or (5 if args.quick else 20)
-    rounds = args.rounds or (1 if args.quick else 3)
+    rounds = args.rounds or (1 if args.quick else 4)
     warmup = 1 if args.quick else 2
     rows = []
     with (
