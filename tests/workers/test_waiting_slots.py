@@ -125,15 +125,11 @@ def test_a_run_whose_sub_agent_waits_for_a_person_gives_its_slot_back(
         worker = start_worker("subagent", **settings).wait_ready()
         # The parent waits for its sub-agent, which waits for the person: the one slot serves
         # the other runs meanwhile.
-        results = [h.result(timeout=TIMEOUT) for h in echoes]
-        assert [r.messages[-1]["content"] for r in results] == ["echo: d2", "echo: d3"]
+        echoes_served(echoes, "d")
         child = f"{delegating.run_id}-sub1"
         question = client.get_run(child).waiting_for
         assert question is not None and question["prompt"] == "What is your name?"
-        assert client.get_run(delegating.run_id).status == "pending"
-        client.send_input(child, "Ada")
-        answer = delegating.result(timeout=TIMEOUT).messages[-1]["content"]
-        assert answer == "delegate: ask: Ada"
+        the_answer_finishes(client, delegating, child)
     assert worker.terminate() == 0
 
 
@@ -148,19 +144,14 @@ def test_after_a_crash_the_waiting_sub_agent_still_leaves_the_slot_to_other_runs
     settings = {"database_url": url, "queue": QUEUE, "concurrency": 1, "poll_interval": LONG_POLL}
     assert start_worker("subcrash-setup", **settings).wait_ready().terminate() == 0
     with DurableClient(url) as client:
-        delegating = client.start("Helper", user("delegate c1"), queue=QUEUE)
-        first = start_worker("subcrash-1", **settings).wait_ready()
-        child = f"{delegating.run_id}-sub1"
-        wait_for(lambda: question_of(client, child), "the sub-agent's question")
+        delegating, child, first = a_sub_agent_waits(
+            start_worker, client, "subcrash", "c", settings
+        )
         echoes = [client.start("Helper", user(f"echo c{i}"), queue=QUEUE) for i in (2, 3)]
         first.kill()
         second = start_worker("subcrash-2", **settings).wait_ready()
-        results = [h.result(timeout=TIMEOUT) for h in echoes]
-        assert [r.messages[-1]["content"] for r in results] == ["echo: c2", "echo: c3"]
-        assert client.get_run(delegating.run_id).status == "pending"
-        client.send_input(child, "Ada")
-        answer = delegating.result(timeout=TIMEOUT).messages[-1]["content"]
-        assert answer == "delegate: ask: Ada"
+        echoes_served(echoes, "c")
+        the_answer_finishes(client, delegating, child)
     assert second.terminate() == 0
 
 
@@ -176,10 +167,9 @@ def test_a_parent_whose_sub_agent_another_process_took_over_leaves_the_slot_to_o
     settings = {"database_url": url, "queue": QUEUE, "concurrency": 1, "poll_interval": LONG_POLL}
     assert start_worker("subelsewhere-setup", **settings).wait_ready().terminate() == 0
     with DurableClient(url) as client:
-        delegating = client.start("Helper", user("delegate e1"), queue=QUEUE)
-        first = start_worker("subelsewhere-1", **settings).wait_ready()
-        child = f"{delegating.run_id}-sub1"
-        wait_for(lambda: question_of(client, child), "the sub-agent's question")
+        delegating, child, first = a_sub_agent_waits(
+            start_worker, client, "subelsewhere", "e", settings
+        )
         first.kill()
         other = start_worker("subelsewhere-other", **{**settings, "queue": "other-queue"})
         other_id = executor_of(other.wait_ready())
@@ -190,13 +180,40 @@ def test_a_parent_whose_sub_agent_another_process_took_over_leaves_the_slot_to_o
         wait_for(lambda: executions_of(url, [delegating.run_id])[0][1] == executor_of(second),
                  "the parent to run again", workers=(second,))  # fmt: skip
         echoes = [client.start("Helper", user(f"echo e{i}"), queue=QUEUE) for i in (2, 3)]
-        results = [h.result(timeout=TIMEOUT) for h in echoes]
-        assert [r.messages[-1]["content"] for r in results] == ["echo: e2", "echo: e3"]
-        assert client.get_run(delegating.run_id).status == "pending"
-        client.send_input(child, "Ada")
-        answer = delegating.result(timeout=TIMEOUT).messages[-1]["content"]
-        assert answer == "delegate: ask: Ada"
+        echoes_served(echoes, "e")
+        the_answer_finishes(client, delegating, child)
     assert second.terminate() == 0 and other.terminate() == 0
+
+
+def a_sub_agent_waits(
+    start_worker: Callable[..., WorkerProcess],
+    client: DurableClient,
+    label: str,
+    tag: str,
+    settings: dict[str, Any],
+) -> tuple[Any, str, WorkerProcess]:
+    """A run (`delegate <tag>1`) whose sub-agent has asked the person, on a worker of its own
+    (`<label>-1`): the run's handle, the sub-agent's run id and the worker."""
+    delegating = client.start("Helper", user(f"delegate {tag}1"), queue=QUEUE)
+    first = start_worker(f"{label}-1", **settings).wait_ready()
+    child = f"{delegating.run_id}-sub1"
+    wait_for(lambda: question_of(client, child), "the sub-agent's question")
+    return delegating, child, first
+
+
+def echoes_served(echoes: list[Any], tag: str) -> None:
+    """The echo runs `echo <tag>2` and `echo <tag>3` finished."""
+    results = [h.result(timeout=TIMEOUT) for h in echoes]
+    assert [r.messages[-1]["content"] for r in results] == [f"echo: {tag}2", f"echo: {tag}3"]
+
+
+def the_answer_finishes(client: DurableClient, delegating: Any, child: str) -> None:
+    """The delegating run still waits for its sub-agent `child`; the person's answer to the
+    sub-agent finishes it."""
+    assert client.get_run(delegating.run_id).status == "pending"
+    client.send_input(child, "Ada")
+    answer = delegating.result(timeout=TIMEOUT).messages[-1]["content"]
+    assert answer == "delegate: ask: Ada"
 
 
 def executor_of(worker: WorkerProcess) -> str:
