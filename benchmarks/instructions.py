@@ -42,10 +42,8 @@ from typing import Any
 
 import runcost
 from _common import (
-    BARE_CLIENT,
     databases,
     emit,
-    make_async_client,
     median,
     print_table,
     result_of,
@@ -81,25 +79,7 @@ def _spent(before: dict[int, int], after: dict[int, int], threads: Any = None) -
 
 
 async def worker_main(args: argparse.Namespace) -> dict[str, Any]:
-    from durable_swarm import DurableSwarm
-
-    client = make_async_client(args.base_url)
-    BARE_CLIENT["client"] = client
-    BARE_CLIENT["sender"] = runcost.AGENT.name
-    swarm = DurableSwarm(client=client, database_url=args.db).launch()
-
-    async def durable_batch() -> None:
-        runs = (swarm.arun(runcost.AGENT, runcost.MESSAGES) for _ in range(args.n))
-        for response in await asyncio.gather(*runs):
-            if response.messages[-1]["content"] != runcost.ANSWER:
-                raise RuntimeError(f"unexpected answer {response.messages[-1]['content']!r}")
-
-    async def bare_batch() -> None:
-        for result in await asyncio.gather(*(runcost.start_bare() for _ in range(args.n))):
-            if result["messages"][-1]["content"] != runcost.ANSWER:
-                raise RuntimeError(f"unexpected answer {result['messages'][-1]['content']!r}")
-
-    kinds = {"durable": durable_batch, "bare": bare_batch, "bare again": bare_batch}
+    client, kinds = runcost.batches(args)
     for _ in range(args.warmup):  # uncounted: callgrind starts with its count off
         for batch in kinds.values():
             await batch()

@@ -67,7 +67,9 @@ async def start_bare() -> dict[str, Any]:
 # --- worker process ------------------------------------------------------------------------
 
 
-async def worker_main(args: argparse.Namespace) -> dict[str, Any]:
+def batches(args: argparse.Namespace) -> tuple[Any, dict[str, Callable[[], Awaitable[None]]]]:
+    """The worker's model client (on `args.base_url`) and its batches by kind: `args.n` durable
+    runs (on `args.db`) or bare workflows at once, each checked for the scenario's answer."""
     from durable_swarm import DurableSwarm
 
     client = make_async_client(args.base_url)
@@ -87,11 +89,15 @@ async def worker_main(args: argparse.Namespace) -> dict[str, Any]:
             if result["messages"][-1]["content"] != ANSWER:
                 raise RuntimeError(f"unexpected answer {result['messages'][-1]['content']!r}")
 
-    kinds: dict[str, Callable[[], Awaitable[None]]] = {
+    return client, {
         "durable": durable_batch,
         "bare": bare_batch,
         "bare again": bare_batch,  # the same work twice: the measurement's own noise
     }
+
+
+async def worker_main(args: argparse.Namespace) -> dict[str, Any]:
+    client, kinds = batches(args)
     cpu: dict[str, list[float]] = {kind: [] for kind in kinds}
     wall: dict[str, list[float]] = {kind: [] for kind in kinds}
     order = list(kinds)
