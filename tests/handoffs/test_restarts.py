@@ -31,8 +31,7 @@ from typing import Any
 
 import pytest
 
-from _support.db import use_database
-from durable_swarm import DurableSwarm, DurableSwarmError, Swarm, initiate_swarm_chat
+from durable_swarm import DurableClient, DurableSwarmError, Swarm, initiate_swarm_chat
 from durable_swarm._registry import fingerprint
 from durable_swarm.durable import shutdown
 from durable_swarm.testing import ScriptedClient
@@ -52,10 +51,11 @@ def _no_dbos_here_between_tests() -> Iterator[None]:
     shutdown()
 
 
-def _controller(database_url: str) -> DurableSwarm:
-    """This process's DurableSwarm on the children's database (DBOS launched here)."""
-    use_database(database_url)
-    return DurableSwarm(database_url=database_url)
+def _controller(database_url: str) -> DurableClient:
+    """This process's view of the children's database: a thin client, which reads and answers
+    runs but never executes one (a launched `DurableSwarm` here, without a model client, could
+    take over the run of a child just killed, which it sees exit, before `second` does)."""
+    return DurableClient(database_url)
 
 
 def _same_messages(messages: list[dict[str, Any]]) -> list[Any]:
