@@ -10,6 +10,7 @@ else, and in-memory use (`Swarm`, `Agent`) never loads DBOS or SQLAlchemy.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 from ._lazy import attribute_loader, warn_moved
@@ -22,12 +23,14 @@ if TYPE_CHECKING:
         BudgetExceededError,
         ContextExpressionError,
         DatabaseUnavailableError,
+        DecisionConflictError,
         DuplicateAgentError,
         DurableSwarmError,
         MCPServerUnavailableError,
         ModelCallError,
         ModelResponseError,
         NonJsonValueError,
+        RunCancelledError,
         RunError,
         RunNotFoundError,
         ToolResultNotSerializableError,
@@ -60,6 +63,7 @@ __all__ = [
     "ContextExpression",
     "ContextExpressionError",
     "DatabaseUnavailableError",
+    "DecisionConflictError",
     "DuplicateAgentError",
     "DurableClient",
     "DurableSwarm",
@@ -74,6 +78,7 @@ __all__ = [
     "OnContextCondition",
     "Response",
     "Result",
+    "RunCancelledError",
     "RunError",
     "RunHandle",
     "RunInfo",
@@ -102,12 +107,14 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "BudgetExceededError",
         "ContextExpressionError",
         "DatabaseUnavailableError",
+        "DecisionConflictError",
         "DuplicateAgentError",
         "DurableSwarmError",
         "MCPServerUnavailableError",
         "ModelCallError",
         "ModelResponseError",
         "NonJsonValueError",
+        "RunCancelledError",
         "RunError",
         "RunNotFoundError",
         "ToolResultNotSerializableError",
@@ -152,7 +159,10 @@ def __getattr__(name: str) -> Any:
         return globals()[name]
     new_module = _MOVED.get(name)
     if new_module is not None:
-        warn_moved(__name__, name, new_module)
+        # `from durable_swarm import X` asks twice (import's own `hasattr`, then the import):
+        # the warning goes with the second, which points at the importing line.
+        if "importlib" not in sys._getframe(1).f_code.co_filename:
+            warn_moved(__name__, name, new_module)
         return getattr(importlib.import_module(new_module), name)
     return _load(name)
 

@@ -168,7 +168,7 @@ def _call_text(call: dict[str, Any]) -> str:
 def summary_lines(info: RunInfo, style: Style) -> list[str]:
     """The head of `runs show`: status, agent, times, messages, tokens, and what it waits for."""
     usage = usage_of(info.steps)
-    label = lambda text: style.paint(f"  {text:<11}", "dim")  # noqa: E731
+    label = lambda text: style.paint(f"  {text:<10} ", "dim")  # noqa: E731
     lines = [f"{style.paint('Run ' + info.run_id, 'bold')}  {style.status(info.status)}"]
     lines.append(f"{label('agent')}{clean(info.agent or '-')}")
     created, updated = local_time(info.created_at), local_time(info.updated_at)

@@ -381,8 +381,9 @@ def cmd_fork(args: argparse.Namespace, style: Style) -> int:
         try:
             handle = swarm.fork(args.run_id, args.step, new_run_id=args.new_run_id)
         except DurableSwarmError as e:
+            unchanged = "" if "nothing was changed" in str(e).lower() else " Nothing was changed."
             raise CliError(
-                f"{e} (`durable-swarm runs show {args.run_id}` lists them.) Nothing was changed."
+                f"{e} (`durable-swarm runs show {args.run_id}` lists them.){unchanged}"
             ) from e
     return _done(
         args,
