@@ -1,5 +1,7 @@
-"""Every exception durable-swarm raises (besides Python's own `TypeError`/`ValueError` for bad
-arguments and `TimeoutError` for a wait that ran out).
+"""Every exception durable-swarm raises (besides Python's own `TypeError`/`ValueError` where
+Python or pydantic checks an argument, and `TimeoutError` for a wait that ran out). An argument
+the library checks itself (a `Budget` limit, a price, a handoff rule, a run's input) is refused
+with `DurableSwarmError` or one of its subclasses, saying what to pass instead.
 
 Each says what happened, which run/step/agent/tool, and what to do. Each pickles (`__reduce__`
 rebuilds it from its keyword fields), so it crosses process boundaries intact; a run's error read

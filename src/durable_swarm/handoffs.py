@@ -1,7 +1,9 @@
 """Rule-based handoffs (AG2's swarm rules on Swarm-style agents).
 
 - `OnCondition(target, condition)`: offered to the model as a `transfer_to_<target>` function whose
-  description is the condition.
+  description is the condition (`<target>`: the agent's name lowercased, each character other
+  than a letter, digit, `_` or `-` made `_`: `transfer_to_refund_specialist` for "Refund
+  Specialist").
 - `OnContextCondition(target, condition)`: checked without the model before the agent's turn;
   `condition` is a context key (truthy) or a `ContextExpression`.
 - `AfterWork(target)`: what happens when the agent answers without calling a tool: another agent,
@@ -360,7 +362,9 @@ class OnCondition:
         _check_condition(self.available, "OnCondition.available")
 
     def transfer_function(self) -> Callable[[], Any]:
-        """The tool offered to the model: `transfer_to_<target>`, returning the target."""
+        """The tool offered to the model, returning the target: `transfer_to_<name>`, `<name>`
+        the target's name lowercased, other characters than letters, digits, `_` and `-` as
+        `_`."""
         target = self.target
 
         def transfer() -> Any:

@@ -308,12 +308,14 @@ def _context_handoffs(state: RunState) -> Generator[Effect, Any, None]:
 def _run_tools(
     state: RunState, calls: list[dict[str, Any]], debug: bool
 ) -> Generator[Effect, Any, tuple[Any, str]]:
-    """Run the message's tool calls in order; return the last handoff: (target, tool name)."""
+    """Run the message's tool calls in order; return the last handoff: (target, tool name).
+    The context updates of returned `Result`s are merged after the last call, in call order."""
     functions = {
         tool_name(f): f for f in agent_functions(state.agent, state.context, state.tool_lists)
     }
     batch = [(call, functions.get(call["function"]["name"])) for call in calls]
     target: tuple[Any, str] = (None, "")
+    updates: dict[str, Any] = {}
     for call, function in batch:
         if function is not None and tool_spec(function).needs_approval:
             decision = Decision.from_json((yield WaitForInput("approval", state.agent, call=call)))
@@ -329,8 +331,10 @@ def _run_tools(
             message = {**message, "content": str(answer)}
         state.history.append(message)
         state.context = outcome.context_variables
+        updates.update(outcome.updates)
         if outcome.agent is not None:
             target = (outcome.agent, call["function"]["name"])
+    state.context.update(updates)
     return target
 
 

@@ -104,7 +104,7 @@ def write_todos(
     verb = "Revised" if (context_variables or {}).get(PLAN_KEY) else "Saved"
     size = f"{len(plan)} item{'' if len(plan) == 1 else 's'}"
     text = f"{verb} the plan ({size}):\n{render_plan(plan)}"
-    return Result(value=text, context_variables={PLAN_KEY: plan})
+    return _saved(plan, text, context_variables)
 
 
 def update_todo(
@@ -130,6 +130,15 @@ def update_todo(
     text = f"Item {index} is {status}. The plan now:\n{render_plan(plan)}"
     if status == "failed":
         text += "\nRevise the plan with write_todos: keep what is done and find another way."
+    return _saved(plan, text, context_variables)
+
+
+def _saved(plan: list[dict[str, Any]], text: str, context: dict[str, Any] | None) -> Result:
+    """The `Result` carrying the plan, also written into the run's live context: a `Result`'s
+    updates are merged after the message's last call, and the message's next call (the model
+    often marks one item done and starts the next at once) must see this plan."""
+    if context is not None:
+        context[PLAN_KEY] = plan
     return Result(value=text, context_variables={PLAN_KEY: plan})
 
 

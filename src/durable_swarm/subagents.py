@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .tools import parse_arguments, tool_message, tool_spec
+from ._messages import final_answer, tool_message
+from .tools import parse_arguments, tool_spec
 
 __all__ = ["delegation_task", "final_answer", "is_delegation"]
 
@@ -33,11 +34,3 @@ def delegation_task(
         text = f"Error: invalid arguments for tool {name}: {e}. Call it again with valid arguments."
         return None, tool_message(call, text)
     return str(args.get("task", "")), None
-
-
-def final_answer(messages: list[dict[str, Any]]) -> str:
-    """A sub-agent's answer: the content of its last assistant message."""
-    for message in reversed(messages):
-        if message.get("role") == "assistant" and message.get("content"):
-            return str(message["content"])
-    return ""

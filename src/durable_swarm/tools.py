@@ -19,12 +19,13 @@ import json
 import re
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Annotated, Any, get_args, get_origin
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Optional, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
 from ._aio import in_thread, run_coroutine
+from ._messages import tool_message
 from .errors import ToolUnavailableError
 from .human import AskUser
 
@@ -74,9 +75,11 @@ def is_agent(obj: Any) -> bool:
 
 
 def _is_result(obj: Any) -> bool:
+    """True for this library's `Result`, the `swarm` package's, and subclasses of either (as
+    Swarm's own `isinstance` check), told by class name: the `swarm` package is optional."""
     return (
         isinstance(obj, BaseModel)
-        and type(obj).__name__ in ("Result", "SwarmResult")
+        and any(c.__name__ in ("Result", "SwarmResult") for c in type(obj).__mro__)
         and all(hasattr(obj, a) for a in ("value", "agent", "context_variables"))
     )
 
@@ -235,7 +238,12 @@ def function_schema(func: Callable[..., Any]) -> dict[str, Any]:
     except ValueError as e:
         raise ValueError(f"Failed to get signature for function {tool_name(func)}: {e}") from e
     hints = _hints(func)
-    docs = _param_docs(func.__doc__ or "")
+    # Parameter descriptions from the docstring for `@tool` functions and this library's own
+    # tools only: a user's plain function gets Swarm's schema, byte for byte (its docstring is
+    # the tool's description, nothing more).
+    declared = isinstance(getattr(func, TOOL_SPEC_ATTR, None), ToolSpec)
+    ours = str(getattr(func, "__module__", "")).startswith("durable_swarm.")
+    docs = _param_docs(func.__doc__ or "") if declared or ours else {}
     properties: dict[str, Any] = {}
     for param in signature.parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
@@ -303,6 +311,8 @@ def _arguments_model(func: Callable[..., Any]) -> tuple[type[BaseModel], bool]:
         if annotation is inspect.Parameter.empty:
             annotation = Any
         default = ... if param.default is inspect.Parameter.empty else param.default
+        if default is None:  # `x: str = None`: the model may send null, as Swarm passes it on
+            annotation = Optional[annotation]  # noqa: UP045 (a runtime type, not an annotation)
         fields[param.name] = (annotation, default)
     config = ConfigDict(**_ARGS_CONFIG, extra="allow" if var_kw else "forbid")
     return create_model(f"{tool_name(func)}_arguments", __config__=config, **fields), var_kw
@@ -316,6 +326,9 @@ def parse_arguments(func: Callable[..., Any], raw: str) -> dict[str, Any]:
         raise ValueError(f"the arguments are not valid JSON ({e.msg} at position {e.pos})") from e
     if not isinstance(args, dict):
         raise ValueError(f"the arguments must be a JSON object, got {type(args).__name__}")
+    for injected in INJECTED:  # the library fills these in, whatever the model sent (as Swarm)
+        if injected in args and injected in _parameters(func):
+            del args[injected]
     if tool_spec(func).parameters is not None:
         return args
     try:
@@ -355,12 +368,16 @@ def _signature_parameters(func: Callable[..., Any]) -> Any:
 
 @dataclass
 class ToolOutcome:
-    """The result of one tool call: its tool message, a handoff target, the context after it."""
+    """The result of one tool call: its tool message, a handoff target, the context after it
+    (the tool's own changes to the live dict), and the context updates of a returned `Result`,
+    which the loop merges once every tool call of the message has run (as Swarm does: the
+    message's later tool calls do not see them)."""
 
     message: dict[str, Any]
     context_variables: dict[str, Any]
     agent: Any = None
     ask: str | None = None
+    updates: dict[str, Any] = field(default_factory=dict)
 
 
 def coerce_result(value: Any) -> tuple[str, Any, dict[str, Any]]:
@@ -376,16 +393,6 @@ def coerce_result(value: Any) -> tuple[str, Any, dict[str, Any]]:
             f"Failed to cast response to string: {value!r}. Make sure agent functions return a "
             f"string or Result object. Error: {e}"
         ) from e
-
-
-def tool_message(call: dict[str, Any], content: str) -> dict[str, Any]:
-    """Swarm's tool message for `call` with `content`."""
-    return {
-        "role": "tool",
-        "tool_call_id": call["id"],
-        "tool_name": call["function"]["name"],
-        "content": content,
-    }
 
 
 def _arguments(
@@ -419,8 +426,7 @@ def _finish(call: dict[str, Any], context_variables: dict[str, Any], value: Any)
     if isinstance(value, AskUser):
         return ToolOutcome(tool_message(call, ""), context_variables, ask=value.question)
     text, agent, updates = coerce_result(value)
-    context_variables.update(updates)
-    return ToolOutcome(tool_message(call, text), context_variables, agent)
+    return ToolOutcome(tool_message(call, text), context_variables, agent, updates=updates)
 
 
 # what a timed-out attempt raises (one class since Python 3.11; three in 3.10)
@@ -457,8 +463,9 @@ def execute_tool(
 ) -> ToolOutcome:
     """Run one tool call synchronously (an `async def` tool is run to completion).
 
-    `context_variables` is the run's live dict: in-place changes and a returned `Result`'s
-    updates both land in it, and it is returned as `ToolOutcome.context_variables`. A tool with
+    `context_variables` is the run's live dict: the tool's in-place changes land in it, and it
+    is returned as `ToolOutcome.context_variables`; a returned `Result`'s context updates are
+    `ToolOutcome.updates` (the loop merges them after the message's last tool call). A tool with
     an `idempotency_key` parameter receives `idempotency_key` (stable across retries and crash
     recovery in durable runs: run id and step number), so it can make its effect exactly once.
     A `ToolUnavailableError` (the tool could not reach its server) is raised, not told the model.

@@ -200,7 +200,30 @@ def test_update_todo_marks_an_item():
     assert statuses(result.context_variables[PLAN_KEY]) == [("a", "pending"), ("a", "failed")]
     assert result.context_variables[PLAN_KEY][1]["note"] == "no access"
     assert "Revise the plan with write_todos" in result.value
-    assert context[PLAN_KEY][1]["status"] == "pending"  # the run's context changes via Result
+    # the live context too: the message's next call sees the plan before the Result is merged
+    assert context[PLAN_KEY] == result.context_variables[PLAN_KEY]
+
+
+def test_two_updates_of_the_plan_in_one_message_both_hold(make_swarm):
+    """The model marks item 1 done and starts item 2 in one message: the second call sees the
+    first's plan (a Result's updates are merged only after the message's last call)."""
+
+    def model(messages: list[dict[str, Any]], tools: Any) -> Reply:
+        answered = sum(1 for m in messages if m.get("role") == "tool")
+        if answered == 0:
+            return calls(ToolCall("write_todos", {"todos": [{"content": "a"}, {"content": "b"}]}))
+        if answered == 1:
+            return calls(
+                ToolCall("update_todo", {"index": 1, "status": "done"}),
+                ToolCall("update_todo", {"index": 2, "status": "in_progress"}),
+            )
+        return text("ok")
+
+    agent = Agent(name="planner-two-updates", functions=[write_todos, update_todo])
+    response = make_swarm(ScriptedClient(model)).run(agent, [{"role": "user", "content": "go"}])
+
+    plan = response.context_variables[PLAN_KEY]
+    assert statuses(plan) == [("a", "done"), ("b", "in_progress")]
 
 
 def test_update_todo_without_a_plan_or_out_of_range_says_what_to_do():

@@ -168,6 +168,36 @@ def test_durable_children_have_their_own_runs(durable_swarm_factory, run_id, wor
     assert client.call_count == 2 + 2 * len(WORKERS)
 
 
+def test_a_waiting_parent_shows_its_sub_agents_answers(durable_swarm_factory, run_id):
+    """`get_run` of a run waiting after two sub-agents answered: each answer is the tool message
+    of its delegation (rebuilt from the log's joins), as in the finished run's messages."""
+    helper = Agent(name="Helper", instructions="HELP")
+
+    def model(messages: list[dict[str, Any]], tools: Any) -> Reply:
+        if messages[0]["content"] == "HELP":
+            return text(f"helped with {messages[-1]['content']}")
+        if messages[-1]["role"] == "user":
+            return calls(
+                ToolCall("delegate_to_helper", {"task": "x"}),
+                ToolCall("delegate_to_helper", {"task": "y"}),
+            )
+        if messages[-1].get("tool_name") == "delegate_to_helper":
+            return calls(ToolCall("ask_user", {"question": "OK?"}))
+        return text("done")
+
+    parent = Agent(name="Parent", functions=[helper.as_tool(), ask_user])
+    swarm = durable_swarm_factory(ScriptedClient(model))
+    handle = swarm.start(parent, [{"role": "user", "content": "go"}], run_id=run_id)
+    wait_for(lambda: swarm.get_run(run_id).status == "waiting_for_input", "the parent to ask")
+
+    waiting = swarm.get_run(run_id).messages
+    swarm.send_input(run_id, "yes")
+    handle.result()
+
+    assert tool_contents(waiting) == ["helped with x", "helped with y", ""]
+    assert waiting[:-1] == swarm.get_run(run_id).messages[: len(waiting) - 1]
+
+
 def test_durable_nested_children(durable_swarm_factory, run_id, work_dir):
     swarm = durable_swarm_factory(ScriptedClient(_fanout.reply))
 

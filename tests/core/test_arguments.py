@@ -70,6 +70,20 @@ def test_enum_literal_list_optional_converted(make_swarm):
     assert seen == {"size": Size.LARGE, "mode": "b", "tags": ["x", "y"], "note": None}
 
 
+def test_null_for_a_parameter_defaulting_to_none(make_swarm):
+    """`x: str = None` is how much Swarm code spells an optional parameter: null passes."""
+    seen = []
+
+    def f(city: str, unit: str = None, days: int = None) -> str:  # type: ignore[assignment]  # noqa: RUF013
+        seen.append((city, unit, days))
+        return "ok"
+
+    content = _call(make_swarm, f, {"city": "Oslo", "unit": None, "days": None})
+
+    assert content == "ok"
+    assert seen == [("Oslo", None, None)]
+
+
 def test_pydantic_model_argument_built(make_swarm):
     seen = []
 

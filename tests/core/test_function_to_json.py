@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal, Optional
 
 import pydantic
 
+from durable_swarm.toolkit import tool
 from durable_swarm.tools import model_tool_schema
 from durable_swarm.util import function_to_json
 
@@ -203,7 +204,32 @@ def test_schema_annotated_description():
     assert _parameters(f)["required"] == ["city"]
 
 
+def test_plain_function_with_documented_parameters_exact():
+    """Swarm's schema, byte for byte: the docstring is the description, parameters get none."""
+
+    def forecast(city: str, days: int = 1):
+        """Forecast.
+
+        Args:
+            city: The city to look up.
+        """
+
+    assert function_to_json(forecast) == {
+        "type": "function",
+        "function": {
+            "name": "forecast",
+            "description": forecast.__doc__,
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                "required": ["city"],
+            },
+        },
+    }
+
+
 def test_schema_docstring_param_descriptions_google_style():
+    @tool
     def f(city: str, days: int = 1):
         """Forecast.
 
@@ -219,6 +245,7 @@ def test_schema_docstring_param_descriptions_google_style():
 
 
 def test_schema_docstring_param_descriptions_sphinx_style():
+    @tool
     def f(city: str):
         """Forecast.
 
@@ -232,6 +259,7 @@ def test_schema_docstring_param_descriptions_sphinx_style():
 
 
 def test_schema_annotated_description_wins_over_docstring():
+    @tool
     def f(city: Annotated[str, "From Annotated"]):
         """Args:
         city: From the docstring.

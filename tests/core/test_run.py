@@ -383,6 +383,24 @@ def test_result_return_used_as_is(make_swarm):
     assert response.context_variables == {"done": True}
 
 
+def test_result_subclass_is_a_result(make_swarm):
+    class Outcome(Result):
+        pass
+
+    target = Agent(name="Target")
+
+    def act():
+        return Outcome(value="acted", agent=target, context_variables={"done": True})
+
+    client = mock_client(calling(tool_call("act")), completion("hi"))
+
+    response = make_swarm(client).run(agent=Agent(functions=[act]), messages=USER)
+
+    assert response.messages[1]["content"] == "acted"
+    assert response.agent is target
+    assert response.context_variables == {"done": True}
+
+
 def test_agent_return_is_handoff(make_swarm):
     target = Agent(name="Sales Agent")
 
@@ -477,6 +495,63 @@ def test_context_updates_merge(make_swarm):
     )
 
     assert response.context_variables == {"keep": 0, "a": 1, "b": 2, "shared": "b"}
+
+
+def test_result_updates_merge_after_the_messages_last_tool_call(make_swarm):
+    """As Swarm: a tool sees the live dict (its own and earlier tools' in-place changes), not the
+    `Result` updates of earlier calls of the same message; those are merged after the last one,
+    over in-place changes to the same keys."""
+    seen = []
+
+    def bump(context_variables):
+        context_variables["nested"]["n"] += 1
+        context_variables["bumped"] = True
+        return "bumped"
+
+    def reset():
+        return Result(value="reset", context_variables={"nested": {"n": 100}, "set": "reset"})
+
+    def look(context_variables):
+        seen.append(copy.deepcopy(context_variables))
+        return "looked"
+
+    client = mock_client(
+        calling(
+            tool_call("reset", id="c1"), tool_call("bump", id="c2"), tool_call("look", id="c3")
+        ),
+        calling(tool_call("look", id="c4")),
+        completion("done"),
+    )
+
+    response = make_swarm(client).run(
+        agent=Agent(functions=[bump, reset, look]),
+        messages=USER,
+        context_variables={"nested": {"n": 1}},
+    )
+
+    assert seen == [
+        {"nested": {"n": 2}, "bumped": True},
+        {"nested": {"n": 100}, "bumped": True, "set": "reset"},
+    ]
+    assert response.context_variables == {"nested": {"n": 100}, "bumped": True, "set": "reset"}
+
+
+def test_context_variables_sent_by_the_model_are_replaced_by_the_live_dict(make_swarm):
+    seen = []
+
+    def look(context_variables, q: str) -> str:
+        seen.append(dict(context_variables))
+        return q
+
+    arguments = {"q": "x", "context_variables": {"forged": True}}
+    client = mock_client(calling(tool_call("look", arguments)), completion("done"))
+
+    response = make_swarm(client).run(
+        agent=Agent(functions=[look]), messages=USER, context_variables={"real": 1}
+    )
+
+    assert seen == [{"real": 1}]
+    assert response.messages[1]["content"] == "x"
 
 
 def test_unknown_tool_error_message(make_swarm):
@@ -691,6 +766,27 @@ def test_max_turns_counts_appended_messages(make_swarm):
     assert run(4) == (2, 4)
     assert run(5) == (3, 5)
     assert run(float("inf")) == (3, 5)
+
+
+def test_fractional_max_turns_as_swarm(make_swarm):
+    """Swarm goes on while fewer messages than `max_turns` were added: 2.5 allows a third."""
+
+    def tool():
+        return "x"
+
+    def run(max_turns):
+        client = mock_client(
+            calling(tool_call("tool", id="a")),
+            calling(tool_call("tool", id="b")),
+            completion("end"),
+        )
+        response = make_swarm(client).run(
+            agent=Agent(functions=[tool]), messages=USER, max_turns=max_turns
+        )
+        return len(requests(client)), len(response.messages)
+
+    assert run(2.5) == run(3) == (2, 4)
+    assert run(0.5) == run(1) == (1, 2)
 
 
 def test_max_turns_counts_only_new_messages(make_swarm):

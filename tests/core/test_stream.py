@@ -17,6 +17,18 @@ def _delta(c):
     return json.loads(c.choices[0].delta.model_dump_json())
 
 
+def test_stream_starts_when_iterated(make_swarm):
+    """As Swarm's generator: nothing is asked of the model until the first event is."""
+    client = mock_client(text_stream("Hel", "lo"))
+
+    events = make_swarm(client).run(agent=Agent(), messages=USER, stream=True)
+
+    assert requests(client) == []
+    assert next(events) == {"delim": "start"}
+    assert list(events)[-1]["response"].messages[-1]["content"] == "Hello"
+    assert len(requests(client)) == 1
+
+
 def test_stream_event_shapes(make_swarm):
     chunks = text_stream("Hel", "lo")
     client = mock_client(chunks)

@@ -103,6 +103,9 @@ def test_malformed_messages_start_nothing(durable_swarm_factory, run_id):
     for bad in ("hello", [("user", "hello")], None):
         with pytest.raises(DurableSwarmError, match="messages"):
             swarm.run(Agent(name="Strict"), bad, run_id=run_id)
+    for bad in ([{"content": "hello"}], [{"role": "user", "content": "a"}, {"role": None}]):
+        with pytest.raises(DurableSwarmError, match=r"`messages\[\d\]` has no role"):
+            swarm.run(Agent(name="Strict"), bad, run_id=run_id)
 
     assert client.call_count == 0
     with pytest.raises(RunNotFoundError):

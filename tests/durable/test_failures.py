@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 
@@ -9,8 +10,15 @@ import openai
 import pytest
 
 from _support.wait import scaled
-from durable_swarm import Agent, DurableSwarmError, ModelCallError, Swarm
-from durable_swarm.testing import Fault, ScriptedClient, ToolCall, calls, text
+from durable_swarm import (
+    Agent,
+    Budget,
+    BudgetExceededError,
+    DurableSwarmError,
+    ModelCallError,
+    Swarm,
+)
+from durable_swarm.testing import FakeOpenAIServer, Fault, ScriptedClient, ToolCall, calls, text
 
 from . import _scenarios
 from ._harness import ScenarioModel, processes, scenario_server
@@ -273,3 +281,36 @@ def test_resume_of_a_run_in_flight_starts_no_second_execution(durable_swarm_fact
     assert handle.result().messages[-1]["content"] == "done"
     assert runs == ["x"]
     assert len(client.requests) == 2
+
+
+def test_a_streamed_turn_retried_after_a_429_starts_once(durable_swarm_factory, run_id):
+    """The turn's `{"delim": "start"}` goes out with its first chunk: a request refused before
+    any chunk and retried by the step leaves readers the same events as one that was not."""
+    agent = Agent(name="Speaker")
+    user = [{"role": "user", "content": "hi"}]
+    with FakeOpenAIServer(lambda messages, tools: text("one two three")) as server:
+        expected = list(Swarm(server.client()).run(agent, user, stream=True))
+        server.reset()
+        server.inject(Fault.status(429), times=1)
+        swarm = durable_swarm_factory(server.client())
+
+        events = list(swarm.run(agent, user, stream=True, run_id=run_id))
+
+    assert server.stats["faults"] == 1
+    assert [e for e in events if "delim" in e] == [{"delim": "start"}, {"delim": "end"}]
+    assert events[:-1] == expected[:-1]
+    assert events[-1]["response"].messages == expected[-1]["response"].messages
+
+
+def test_a_failed_run_says_so_on_the_runs_log(durable_swarm_factory, run_id, caplog):
+    """`durable_swarm.runs` (a worker prints it) has a line for a run that fails here, as for
+    one that succeeds, with the error's type and first line."""
+    swarm = durable_swarm_factory(ScriptedClient([text("never")]))
+    capped = Budget(max_model_calls=0)
+
+    user = [{"role": "user", "content": "hi"}]
+    logged = caplog.at_level(logging.INFO, logger="durable_swarm.runs")
+    with logged, pytest.raises(BudgetExceededError):
+        swarm.run(Agent(name="Capped"), user, run_id=run_id, budget=capped)
+
+    assert f"run {run_id} failed: BudgetExceededError: " in caplog.text

@@ -42,7 +42,7 @@ SCHEMA_1_TOOL_STEP = json.dumps(
 def test_payloads_carry_the_schema_version_this_library_writes() -> None:
     stored = json.loads(JsonSerializer().serialize({"a": (1, 2)}))
     assert stored == {"schema_version": SCHEMA_VERSION, "value": {"a": [1, 2]}}
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
 
 
 def test_payload_keys_and_values_of_every_kind_are_stored_as_before() -> None:
@@ -88,7 +88,9 @@ def test_a_run_logged_in_schema_1_still_reads_and_continues(
     swarm = durable_swarm_factory(ScriptedClient([calls(ToolCall("note", {})), text("done")]))
     swarm.run(NOTER, USER, context_variables={"kept": 1}, run_id=run_id)
     tool = next(s for s in swarm.get_run(run_id).steps if s.kind == "tool")
-    assert tool.output["context_changes"] == {"set": {"note": "from the tool"}}
+    # Schema 3: a returned Result's context updates apart from the tool's own changes.
+    assert tool.output["updates"] == {"note": "from the tool"}
+    assert "context_changes" not in tool.output
 
     # The same run as the schema-1 library logged it.
     sys_db = _get_dbos_instance()._sys_db

@@ -42,7 +42,8 @@ def test_each_tool_step_stores_only_what_it_changed(durable_swarm_factory, run_i
     tool_steps = [s for s in info.steps if s.kind == "tool"]
     assert len(tool_steps) == turns
     for i, step in enumerate(tool_steps):
-        assert step.output["context_changes"] == {"set": {f"note{i}": ENTRY}}
+        assert step.output["updates"] == {f"note{i}": ENTRY}  # the Result's; no other change
+        assert "context_changes" not in step.output
         # the same size at the first and the last step: the log grows linearly
         assert len(json.dumps(step.output)) < 2 * len(ENTRY) + 200
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from _support.wait import wait_for
 from durable_swarm import (
     AfterWork,
     AfterWorkOption,
@@ -226,6 +227,40 @@ def test_rejected_call_reaches_the_model_as_the_tool_message(durable: Any, run_i
     assert decision["approved"] is False
     assert decision["message"] == "Bob was paid yesterday."
     assert decision["by"] == "ada"
+
+
+def _pay_twice_then_report(messages: list[dict[str, Any]], tools: Any) -> Any:
+    if messages[-1]["role"] != "tool":
+        return calls(
+            ToolCall("pay", {"amount": 30, "to": "Bob"}, id="call_pay_1"),
+            ToolCall("pay", {"amount": 5, "to": "Eve"}, id="call_pay_2"),
+        )
+    return "Report"
+
+
+def test_a_rejection_shows_in_the_messages_while_the_next_call_waits(
+    durable: Any, run_id: str
+) -> None:
+    """`get_run` rebuilds a waiting run's messages from its log: the rejected call's answer (the
+    loop writes it, no step does) is there before the second call of the message is decided."""
+    swarm = durable(Model(Cashier=_pay_twice_then_report).client)
+    handle = swarm.start(agent("Cashier", functions=[pay]), HELLO, run_id=run_id)
+    wait_status(swarm, run_id, "waiting_for_approval")
+    swarm.reject(run_id, "call_pay_1", message="Not Bob.", by="ada")
+    wait_for(
+        lambda: (
+            (swarm.get_run(run_id).waiting_for or {}).get("tool_call", {}).get("id") == "call_pay_2"
+        ),
+        "the second call to wait for its approval",
+    )
+
+    waiting = swarm.get_run(run_id).messages
+    swarm.approve(run_id, "call_pay_2")
+    handle.result()
+
+    rejection = "Error: the call to pay was rejected by ada: Not Bob."
+    assert [m.get("content") for m in waiting if m["role"] == "tool"] == [rejection]
+    assert waiting == swarm.get_run(run_id).messages[: len(waiting)]
 
 
 async def test_the_async_twins_answer_decide_cancel_resume_and_fork(

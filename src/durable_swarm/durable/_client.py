@@ -25,7 +25,7 @@ from ._control import ClientSource, RunCommands, RunControl
 from ._database import display_url, is_postgres, resolve_database_url, sqlite_path
 from ._log import EVENTS_STREAM, WORKFLOW_NAME, JsonSerializer, StoredResult, naming_run
 from ._runs import RunInfo, step_outputs
-from ._values import check_input
+from ._values import check_input, check_messages
 
 if TYPE_CHECKING:
     from ..types import Response
@@ -215,11 +215,7 @@ class DurableClient(RunCommands):
                 f"`agent` must be an agent's name (a non-empty str), not {agent!r}; a thin "
                 "client starts runs by name. Nothing was started."
             )
-        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-            raise DurableSwarmError(
-                "`messages` must be a list of message dicts like "
-                '{"role": "user", "content": "..."}; nothing was started.'
-            )
+        check_messages(messages)
         check_input(messages, context_variables)  # JSON only, before anything is stored
         spec = {
             "agent": {"name": agent, "fingerprint": None},

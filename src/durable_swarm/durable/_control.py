@@ -349,6 +349,10 @@ class RunCommands(abc.ABC):
         `since` and `until` (datetimes or ISO strings). One page of `limit` runs (None: all)
         after skipping `offset`; one SQL query finds the page, whatever the number of runs.
 
+        Each entry is a summary from the run's status row, without its messages: a succeeded
+        run's `usage` and `cost_usd` come from its stored result, a run in progress, waiting or
+        failed has None there; `get_run(run_id)` rebuilds messages and usage from its steps.
+
         Raises `DurableSwarmError` for an unknown status, a time that is not a datetime or ISO
         text, or a negative `limit` or `offset`."""
         runs = RunFilter.of(status, agent, search, since, until)

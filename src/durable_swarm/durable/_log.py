@@ -17,13 +17,18 @@ Versions (what changed in the stored shapes; this library reads every one of the
    (the context as it was before); a tool result longer than `INLINE_CHARS` is stored once, in
    its step's output (`step` names that step), and the run's result keeps that tool message with
    `content: None` and `IN_STEP: <step>`.
+3. A tool step's output holds the context updates of the `Result` the tool returned apart from
+   its own changes (`updates`): they are merged once every tool call of the message has run,
+   as Swarm does (in versions 1 and 2 they were merged at once, into `context_changes`).
 
 The shapes, by where they are stored:
 - the workflow's input (`spec`): `agent` (name and fingerprint), `messages`,
   `context_variables`, and the run's options (`spec_of` reads it back);
 - a model step `model:<agent>`: `message`, `usage`, `model`, `cost_usd`;
 - a tool step `tool:<name>`: `message`, and when present `context_changes` or
-  `context_variables`, `handoff`, `ask`, `step` (`context_after` applies them);
+  `context_variables`, `updates`, `handoff`, `ask`, `step` (`context_after` applies the
+  changes; the loop, and `read_run` for a run's context so far, merge `updates` after the
+  message's last tool step);
 - a handoff step `handoff:<from>-><to>`, a tool list `tools:<server>`, a budget refusal
   `budget:<limit>`;
 - a wait for a person: DBOS's patch marker `WATCHED_WAITS` (runs logged before it replay a plain
@@ -85,7 +90,7 @@ __all__ = [
 ]
 
 # The version of the stored shapes this library writes (see the module docstring).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # DBOS's application version is `durable-swarm-log-v{REPLAY_VERSION}` (see the module docstring).
 REPLAY_VERSION = 1
 

@@ -12,7 +12,9 @@ from typing import Any
 
 from dbos import DBOS
 
+from .._messages import final_answer, tool_message
 from ..errors import RunNotFoundError
+from ..human import Decision
 from ..usage import Tally, Usage
 from ._log import WAITING_EVENT, StoredResult, call_usage, context_after, spec_of, step_kind
 
@@ -223,6 +225,11 @@ def _consistent_read(run_id: str, source: Any) -> tuple[Any, dict[str, Any] | No
     return status, waiting, steps
 
 
+def _unanswered(calls: list[dict[str, Any]], answered: Any) -> list[dict[str, Any]]:
+    """`calls` without the one whose id is `answered`."""
+    return [c for c in calls if c.get("id") != answered] if answered else calls
+
+
 def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
     """The whole run: status plus the messages, context and agent rebuilt from its steps.
 
@@ -239,13 +246,25 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
     context = dict(spec.get("context_variables") or {})
     agent = (spec.get("agent") or {}).get("name")
     asked: dict[str, Any] | None = None  # a tool message waiting for the person's answer
+    updates: dict[str, Any] = {}  # the current message's `Result` updates, merged after it
+    calls: list[dict[str, Any]] = []  # the last assistant message's calls not answered yet
     for step in info.steps:
         out = step.output if isinstance(step.output, dict) else {}
+        if step.kind in ("model", "handoff") and updates:
+            context, updates = {**context, **updates}, {}
         if step.kind in ("model", "tool") and "message" in out:
             messages.append(dict(out["message"]))
             asked = messages[-1] if out.get("ask") else None
+            if step.kind == "model":
+                calls = [c for c in out["message"].get("tool_calls") or [] if isinstance(c, dict)]
+            calls = _unanswered(calls, out["message"].get("tool_call_id"))
         if step.kind == "tool":
             context = context_after(dict(context), out)
+            updates.update(out.get("updates") or {})
+        if step.kind == "join" and isinstance(out.get("messages"), list) and calls:
+            # A sub-agent's answer: the loop answers a message's calls in order, so it is the
+            # first call still open (its tool message is not a step of its own).
+            messages.append(tool_message(calls.pop(0), final_answer(out["messages"])))
         if step.kind == "handoff":
             info.transitions.append(out)
             agent = out.get("target") or agent
@@ -256,6 +275,12 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
                 messages.append({"role": "user", "content": out["text"]})
             else:
                 info.decisions.append(out)
+                rejected = [c for c in calls if c.get("id") == out.get("tool_call_id")]
+                if rejected and not out.get("approved"):  # the loop answers the model for it
+                    text = Decision.from_json(out).tool_message(rejected[0])
+                    messages.append(tool_message(rejected[0], text))
+                    calls = _unanswered(calls, out.get("tool_call_id"))
+    context.update(updates)
     if isinstance(status.output, dict):
         stored = StoredResult.read(status.output, lambda: [(s.step, s.output) for s in info.steps])
         messages = list(spec.get("messages") or []) + stored.messages

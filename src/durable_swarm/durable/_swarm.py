@@ -27,7 +27,7 @@ from ._failures import DEFAULT_MODEL_RETRIES
 from ._log import StoredResult, naming_run
 from ._ownership import timing
 from ._runs import RunInfo, read_run, step_outputs
-from ._values import DEFAULT_MAX_RESULT_CHARS, check_input
+from ._values import DEFAULT_MAX_RESULT_CHARS, check_input, check_messages
 from ._workflow import (
     EVENTS_STREAM,
     HOST,
@@ -327,11 +327,7 @@ class DurableSwarm(RunCommands):
 
     def _spec(self, run: RunRequest) -> tuple[str, dict[str, Any]]:
         """Check `run`'s input, launch DBOS, and return the run's id and its workflow input."""
-        if not isinstance(run.messages, list) or not all(isinstance(m, dict) for m in run.messages):
-            raise DurableSwarmError(
-                "`messages` must be a list of message dicts like "
-                '{"role": "user", "content": "..."}; nothing was started.'
-            )
+        check_messages(run.messages)
         check_input(run.messages, run.context_variables, self.max_result_chars)  # JSON, first
         known_agents(run.agent, run.agents, run.after_work)  # one name, one agent: checked first
         budget = check_budget(run.budget) or self.budget
@@ -449,13 +445,18 @@ class DurableSwarm(RunCommands):
         run returns that run's result, or waits for it, and never executes it twice. While the
         run waits for the person, a warning on the `durable_swarm` logger says once per wait
         what it waits for and how to answer (`send_input`, `approve`, `reject`, or the CLI).
-        `budget` limits the run (see `start`); the `Response` carries its `usage`.
+        `budget` limits the run (see `start`); the `Response` carries its `usage`. With
+        `stream=True` it returns a generator, as Swarm's does: the run starts at its first item.
         """
-        handle = self._start(RunRequest(
+        request = RunRequest(
             agent, messages, context_variables, model_override, stream, debug, max_turns,
             execute_tools, after_work, agents, run_id, budget,
-        ))  # fmt: skip
-        return handle.events() if stream else handle._result(notice=True)
+        )  # fmt: skip
+        return self._streamed(request) if stream else self._start(request)._result(notice=True)
+
+    def _streamed(self, run: RunRequest) -> Iterator[dict[str, Any]]:
+        """The events of `run`, started when the first one is asked for (not before)."""
+        yield from off_event_loop(self._start)(run).events()
 
     @off_event_loop
     def run_and_stream(
@@ -471,10 +472,10 @@ class DurableSwarm(RunCommands):
         run_id: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         """`run(..., stream=True)` (Swarm's name for it)."""
-        return self._start(RunRequest(
+        return self._streamed(RunRequest(
             agent, messages, context_variables, model_override, True, debug, max_turns,
             execute_tools, run_id=run_id,
-        )).events()  # fmt: skip
+        ))  # fmt: skip
 
     async def arun(
         self,

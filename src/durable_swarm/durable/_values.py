@@ -14,7 +14,7 @@ import math
 from collections import deque
 from typing import Any
 
-from ..errors import NonJsonValueError
+from ..errors import DurableSwarmError, NonJsonValueError
 
 __all__ = ["DEFAULT_MAX_RESULT_CHARS", "MAX_DEPTH", "check_input", "json_problem"]
 
@@ -52,6 +52,23 @@ def json_problem(value: Any, where: str) -> str | None:
             continue
         return f"{path} is a {type(item).__name__} ({item!r:.60}), which is not JSON"
     return None
+
+
+def check_messages(messages: Any) -> None:
+    """Refuse `messages` that are not a list of message dicts, each with a `role` (a str), before
+    anything is stored: the model server would refuse them at the first call."""
+    shape = '{"role": "user", "content": "..."}'
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise DurableSwarmError(
+            f"`messages` must be a list of message dicts like {shape}; nothing was started."
+        )
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if not isinstance(role, str) or not role:
+            raise DurableSwarmError(
+                f"`messages[{i}]` has no role (got {role!r}): each message needs one, such as "
+                f"'user', 'assistant', 'system' or 'tool', as in {shape}; nothing was started."
+            )
 
 
 def check_input(

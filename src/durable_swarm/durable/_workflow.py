@@ -470,13 +470,20 @@ class DurableRuntime:
             item = {"step": step, "attempt": attempt, "event": event}
             await DBOS.write_stream_async(EVENTS_STREAM, item)
 
-        await publish({"delim": "start"})
+        # The turn's start is published with its first chunk: an attempt that fails before
+        # any (a 429, a refused connection) and is retried leaves readers nothing to undo.
+        started = False
         chunks = model.astream_chunks(
             client, effect.request, sender=effect.agent.name, run_id=self.run_id
         )
         async for chunk in chunks:
+            if not started:
+                await publish({"delim": "start"})
+                started = True
             if (event := assembler.feed(chunk)) is not None:
                 await publish(event)
+        if not started:
+            await publish({"delim": "start"})
         await publish({"delim": "end"})
         requested, message = effect.request.get("model"), assembler.message()
         cost = call_cost(requested, assembler.usage, self.prices)
@@ -578,6 +585,8 @@ class DurableRuntime:
                 payload["step"] = DBOS.step_id  # the run's result names this step (`compact`)
             if changes := context_changes(before, outcome.context_variables):
                 payload["context_changes"] = changes
+            if outcome.updates:
+                payload["updates"] = outcome.updates
             if (handoff := encode_target(outcome.agent)) is not None:
                 payload["handoff"] = handoff
             if outcome.ask is not None:
@@ -615,7 +624,8 @@ class DurableRuntime:
         context = context_after(effect.context_variables, output)
         if isinstance(output.get("step"), int):
             self._stored[id(output["message"])] = (output["message"], output["step"])
-        return ToolOutcome(output["message"], context, target, output.get("ask"))
+        updates = output.get("updates") or {}
+        return ToolOutcome(output["message"], context, target, output.get("ask"), updates)
 
     def compact(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """`messages` for the run's result, with each long tool result left in the step output
@@ -634,7 +644,9 @@ class DurableRuntime:
         """Why `outcome` cannot be stored (its context is not JSON, its result is too long), as
         the error observation the model reads instead; None when it can."""
         content = outcome.message.get("content")
-        problem = json_problem(outcome.context_variables, "context_variables")
+        problem = json_problem(outcome.context_variables, "context_variables") or json_problem(
+            outcome.updates, "context_variables"
+        )
         if problem is not None:
             return (
                 f"Error: tool {name} left a value in context_variables that cannot be stored: "
@@ -753,8 +765,9 @@ async def decode_target(run_id: str, data: dict[str, Any] | None) -> Any:
 
 
 def encode_max_turns(max_turns: float) -> int | None:
-    """`max_turns` as JSON: None stands for infinity."""
-    return None if math.isinf(max_turns) else int(max_turns)
+    """`max_turns` as JSON: None stands for infinity. A fraction is rounded up: the loop goes
+    on while fewer messages than `max_turns` were added, and a count is a whole number."""
+    return None if math.isinf(max_turns) else math.ceil(max_turns)
 
 
 @DBOS.workflow(name=WORKFLOW_NAME)
@@ -764,7 +777,14 @@ async def run_workflow(spec: dict[str, Any]) -> dict[str, Any]:
     assert run_id is not None
     _dbos.note_entered(run_id)  # DBOS lists it as running now (see `_dbos.busy_runs`)
     run_log.info("run %s: agent %s, running here", run_id, spec["agent"].get("name"))
-    output = await _checked(run_id, spec)
+    try:
+        output = await _checked(run_id, spec)
+    except (DBOSWorkflowCancelledError, DBOSWorkflowConflictIDError):
+        raise  # cancelled (its canceller says so), or handed back to be run again
+    except Exception as e:
+        reason = (str(e).splitlines() or [""])[0][:200]
+        run_log.info("run %s failed: %s: %s", run_id, type(e).__name__, reason)
+        raise
     run_log.info("run %s succeeded", run_id)
     return output
 
