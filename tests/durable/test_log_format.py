@@ -77,6 +77,32 @@ def test_a_payload_of_a_newer_schema_is_refused_with_what_to_do() -> None:
         JsonSerializer().deserialize(newer)
 
 
+def _collect(context_variables: dict) -> Result:
+    items = context_variables.setdefault("items", [])
+    items.append("a")
+    return Result(value="a", context_variables={"items": items})
+
+
+def _append(context_variables: dict) -> str:
+    context_variables["items"].append("b")
+    return "b"
+
+
+def test_result_updates_replay_as_they_ran(durable_swarm_factory: Any, run_id: str) -> None:
+    """A Result's updates are stored as they were when its tool returned, and that is what the
+    run merges, live as on a replay (a later call changing the same list in place does not
+    reach them), so a recovered run goes on with the context it had."""
+    agent = Agent(name="log-format-collector", functions=[_collect, _append])
+    script = [calls(ToolCall("_collect", {}), ToolCall("_append", {})), text("done")]
+    swarm = durable_swarm_factory(ScriptedClient(script))
+
+    live = swarm.run(agent, USER, run_id=run_id).context_variables
+
+    last_model = max(s.step for s in swarm.get_run(run_id).steps if s.kind == "model")
+    replayed = durable_swarm_factory(ScriptedClient([text("done")])).fork(run_id, last_model)
+    assert replayed.result().context_variables == live == {"items": ["a"]}
+
+
 def test_a_schema_1_tool_step_decodes_to_the_whole_context() -> None:
     output = JsonSerializer().deserialize(SCHEMA_1_TOOL_STEP)
     assert context_after({"kept": 1}, output) == {"kept": 1, "note": "as schema 1 stored it"}

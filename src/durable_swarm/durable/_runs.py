@@ -14,7 +14,7 @@ from dbos import DBOS
 
 from .._messages import final_answer, tool_message
 from ..errors import RunNotFoundError
-from ..human import Decision
+from ..human import Decision, arguments_digest
 from ..usage import Tally, Usage
 from ._log import WAITING_EVENT, StoredResult, call_usage, context_after, spec_of, step_kind
 
@@ -262,9 +262,13 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
             context = context_after(dict(context), out)
             updates.update(out.get("updates") or {})
         if step.kind == "join" and isinstance(out.get("messages"), list) and calls:
-            # A sub-agent's answer: the loop answers a message's calls in order, so it is the
-            # first call still open (its tool message is not a step of its own).
-            messages.append(tool_message(calls.pop(0), final_answer(out["messages"])))
+            # A sub-agent's answer (not a step of its own): for the call its result names, or,
+            # logged before results named it, the first call still open.
+            answered = out.get("tool_call_id") or calls[0].get("id")
+            call = next((c for c in calls if c.get("id") == answered), None)
+            if call is not None:
+                messages.append(tool_message(call, final_answer(out["messages"])))
+                calls = _unanswered(calls, answered)
         if step.kind == "handoff":
             info.transitions.append(out)
             agent = out.get("target") or agent
@@ -275,12 +279,17 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
                 messages.append({"role": "user", "content": out["text"]})
             else:
                 info.decisions.append(out)
-                rejected = [c for c in calls if c.get("id") == out.get("tool_call_id")]
+                rejected = [
+                    c
+                    for c in calls
+                    if c.get("id") == out.get("tool_call_id")
+                    and out.get("digest") in (None, arguments_digest(c))  # the loop ignores others
+                ]
                 if rejected and not out.get("approved"):  # the loop answers the model for it
                     text = Decision.from_json(out).tool_message(rejected[0])
                     messages.append(tool_message(rejected[0], text))
                     calls = _unanswered(calls, out.get("tool_call_id"))
-    context.update(updates)
+    # `updates` still pending belong to a message whose calls have not all run: not merged yet
     if isinstance(status.output, dict):
         stored = StoredResult.read(status.output, lambda: [(s.step, s.output) for s in info.steps])
         messages = list(spec.get("messages") or []) + stored.messages

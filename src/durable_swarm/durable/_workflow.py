@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import copy
 import inspect
 import json
 import logging
@@ -585,8 +586,8 @@ class DurableRuntime:
                 payload["step"] = DBOS.step_id  # the run's result names this step (`compact`)
             if changes := context_changes(before, outcome.context_variables):
                 payload["context_changes"] = changes
-            if outcome.updates:
-                payload["updates"] = outcome.updates
+            if outcome.updates:  # a copy: as stored, whatever later calls do to its values
+                payload["updates"] = copy.deepcopy(outcome.updates)
             if (handoff := encode_target(outcome.agent)) is not None:
                 payload["handoff"] = handoff
             if outcome.ask is not None:
@@ -681,6 +682,7 @@ class DurableRuntime:
                 "messages": [{"role": "user", "content": task}],
                 "context_variables": {},
                 "parent": self.run_id,
+                "tool_call_id": call.get("id"),
                 "model_retries": self.model_retries,
                 "prices": self.prices,
                 "traceparent": self.trace.traceparent if self.trace is not None else None,
@@ -855,9 +857,12 @@ async def _run(run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
     finally:
         if run.stream:
             await DBOS.close_stream_async(EVENTS_STREAM)
-    return result_output(
+    output = result_output(
         runtime.compact(response.messages),
         agent_ref(response.agent) if response.agent is not None else None,
         response.context_variables,
         runtime.tally,
     )
+    if spec.get("tool_call_id"):  # a sub-agent: the parent's call it answers (see `read_run`)
+        output["tool_call_id"] = spec["tool_call_id"]
+    return output
