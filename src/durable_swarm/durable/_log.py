@@ -38,7 +38,8 @@ The shapes, by where they are stored:
   `tool_call`, `digest`), None while it does not wait; the answers it receives (`DBOS.recv`
   steps): `{"text", "by", "at"}` or a decision;
 - the result: `messages` (new ones only), `agent`, `context_variables`, `usage`
-  (`restore_contents` puts long tool results back).
+  (`restore_contents` puts long tool results back), and a sub-agent's `tool_call_id` (the
+  parent's call it answers, also in its input: `read_run` puts its answer there).
 
 `REPLAY_VERSION` is separate from `SCHEMA_VERSION`: it names DBOS's `application_version`, which
 decides which processes recover and dequeue a run, and changes only when this library can no
