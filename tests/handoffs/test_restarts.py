@@ -111,7 +111,6 @@ def test_approval_across_a_restart(
             swarm.approve(run_id, "call_wrong")
         swarm.approve(run_id, call["id"], by="tester")
         assert lines(work, "pay") == []  # nothing ran yet: no process holds the run
-        shutdown()
 
         second.go()
         second.finish()
@@ -174,7 +173,6 @@ def test_refund_example_killed_while_waiting_for_the_person(
         assert info.waiting_for["prompt"] == _agents.PASSPORT_QUESTION
         assert info.agent == "CustomerService"
         swarm.send_input(run_id, _agents.PASSPORT, by="customer")
-        shutdown()
 
         second.go()
         rating = wait_for(
@@ -254,7 +252,6 @@ def test_a_second_answer_to_the_same_question_never_answers_the_next_one(
         swarm.send_input(run_id, "first answer")
         with contextlib.suppress(DurableSwarmError):  # refusing it is fine too
             swarm.send_input(run_id, "second answer")
-        shutdown()
 
         second.go()
         wait_for(

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import DurableSwarmError, NonJsonValueError
 
-__all__ = ["DEFAULT_MAX_RESULT_CHARS", "MAX_DEPTH", "check_input", "json_problem"]
+__all__ = ["DEFAULT_MAX_RESULT_CHARS", "MAX_DEPTH", "check_input", "check_messages", "json_problem"]
 
 # The longest tool result (or user message) a run stores: past it, the model reads an error.
 DEFAULT_MAX_RESULT_CHARS = 4_000_000
