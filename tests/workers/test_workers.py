@@ -8,6 +8,7 @@ of its own.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -108,6 +109,30 @@ def test_run_ids_attach_instead_of_running_twice(client: DurableClient, model: M
     assert again.run_id == run_id
     assert again.result(timeout=TIMEOUT).messages == first.messages
     assert model.arrivals("echo", "twice", 0) == 0
+
+
+def test_attaching_to_a_resumed_run_enqueues_nothing(client: DurableClient) -> None:
+    """A resumed run sits on DBOS's internal queue: starting its id again attaches without
+    asking DBOS to enqueue it on another queue (which DBOS refuses with a warning)."""
+    run_id = f"resumed-{time.time_ns()}"
+    client.start("Helper", user("ask r1"), queue=QUEUE, run_id=run_id)
+    wait_for(lambda: client.get_run(run_id).waiting_for, "the run to ask its question")
+    client.cancel(run_id)
+    client.resume(run_id)
+    wait_for(lambda: client.get_run(run_id).waiting_for, "the resumed run to ask again")
+    warnings: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: warnings.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("dbos").addHandler(handler)
+    try:
+        again = client.start("Helper", user("ask r2"), queue=QUEUE, run_id=run_id)
+    finally:
+        logging.getLogger("dbos").removeHandler(handler)
+    assert again.run_id == run_id
+    assert warnings == []
+    client.send_input(run_id, "Ada")
+    assert again.result(timeout=TIMEOUT).messages[-1]["content"] == "ask: Ada"
+    assert client.get_run(run_id).messages[0] == {"role": "user", "content": "ask r1"}
 
 
 def test_a_client_answers_a_question_and_approves_a_tool_call(

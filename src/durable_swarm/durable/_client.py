@@ -215,6 +215,10 @@ class DurableClient(RunCommands):
                 f"`agent` must be an agent's name (a non-empty str), not {agent!r}; a thin "
                 "client starts runs by name. Nothing was started."
             )
+        if run_id is not None and self.runs.source.get_workflow_status(run_id) is not None:
+            # Attach. (Enqueueing again would attach too, but a run recovered off its queue
+            # makes DBOS warn that the queue is not updated.)
+            return ClientRunHandle(self, run_id)
         check_messages(messages)
         check_input(messages, context_variables)  # JSON only, before anything is stored
         spec = {
