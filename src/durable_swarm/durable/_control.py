@@ -161,10 +161,22 @@ class RunControl:
         return info.waiting_for
 
     def send_input(self, run_id: str, text: str, *, by: str | None = None) -> None:
-        """Answer the question `run_id` waits on."""
+        """Answer the question `run_id` waits on.
+
+        Of answers sent to one question at the same moment, the first stored is the run's; the
+        others raise `DurableSwarmError` naming who answered first (DBOS keeps one message per
+        idempotency key and drops the rest without a word)."""
         waiting = self._waiting(run_id, "input")
+        key = _answer_key(run_id, waiting)
         message = {"text": str(text), "by": by, "at": _now()}
-        self.source.send(run_id, message, "input", idempotency_key=_answer_key(run_id, waiting))
+        self.source.send(run_id, message, "input", idempotency_key=key)
+        stored = self.query.sent_message(run_id, key) if key is not None else None
+        if isinstance(stored, dict) and stored != message:
+            raise DurableSwarmError(
+                f"Run {run_id!r} was answered by {stored.get('by') or 'someone (no name given)'} "
+                f"at {stored.get('at')} just before you; your answer was not sent. The run goes "
+                f"on with theirs ({str(stored.get('text'))!r:.80})."
+            )
 
     def decide(
         self, run_id: str, tool_call_id: str, approved: bool, message: str | None, by: str | None
@@ -176,6 +188,13 @@ class RunControl:
         does a decision on a call decided earlier. A call the run does not wait for raises
         `DurableSwarmError`; nothing is sent then.
         """
+        for name, value in (("message", message), ("by", by)):
+            if isinstance(value, str) and "\x00" in value:
+                raise DurableSwarmError(
+                    f"The {name} of this decision on tool call {tool_call_id!r} of run "
+                    f"{run_id!r} contains a NUL character (\\x00), which the database cannot "
+                    "store; nothing was sent. Remove it and decide again."
+                )
         try:
             waiting = self._waiting(run_id, "approval")
         except DurableSwarmError:

@@ -278,9 +278,19 @@ class RunQuery:
 
     def answered(self, run_id: str, message_id: str) -> bool:
         """Whether `run_id` was already sent the message with idempotency key `message_id`
-        (read or not yet). DBOS stores it as the key, or the key and `::` and the run id."""
+        (read or not yet)."""
+        return self._sent(run_id, message_id) is not None
+
+    def sent_message(self, run_id: str, message_id: str) -> Any:
+        """The message sent to `run_id` with idempotency key `message_id` (read or not yet),
+        as it was stored; None if there is none."""
+        row = self._sent(run_id, message_id)
+        return self._serializer.deserialize(row[1]) if row is not None and row[1] else None
+
+    def _sent(self, run_id: str, message_id: str) -> Any:
+        # DBOS stores the key as the message's id, or the key and `::` and the run id.
         n = self._tables.notifications
-        query = sa.select(n.c.message_uuid).where(
+        query = sa.select(n.c.message_uuid, n.c.message).where(
             n.c.destination_uuid == run_id,
             sa.or_(
                 n.c.message_uuid == message_id,
@@ -288,7 +298,7 @@ class RunQuery:
             ),
         )
         with self._engine.connect() as conn:
-            return conn.execute(query).first() is not None
+            return conn.execute(query).first()
 
     def model_usage(self, run_ids: list[str]) -> dict[str, dict[str, int]]:
         """Each run's model calls and tokens so far: `{"model_calls": n, "tokens": n}`."""
