@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..errors import DecisionConflictError
-from ._tables import engine_for, engine_with, missing_table
+from ._tables import engine_for, engine_with, missing_table, text_columns
 
 __all__ = ["DECISIONS_TABLE", "Decision", "DecisionLog"]
 
@@ -26,16 +26,17 @@ DECISIONS_TABLE = "durable_swarm_decisions"
 
 _CREATE_TABLE = f"""
 CREATE TABLE IF NOT EXISTS {DECISIONS_TABLE} (
-    run_id VARCHAR(255) NOT NULL,
+    run_id TEXT NOT NULL,
     wait_id INTEGER NOT NULL,
-    tool_call_id VARCHAR(255) NOT NULL,
+    tool_call_id TEXT NOT NULL,
     approved INTEGER NOT NULL,
     message TEXT,
-    decided_by VARCHAR(255),
+    decided_by TEXT,
     decided_at VARCHAR(64) NOT NULL,
     PRIMARY KEY (run_id, wait_id)
 )
 """
+_UPGRADES = text_columns(DECISIONS_TABLE, "run_id", "tool_call_id", "decided_by")
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class DecisionLog:
         self._url = database_url
 
     def _engine(self) -> sa.Engine:
-        return engine_with(self._url, DECISIONS_TABLE, _CREATE_TABLE)
+        return engine_with(self._url, DECISIONS_TABLE, _CREATE_TABLE, _UPGRADES)
 
     def record(self, decision: Decision) -> Decision | None:
         """Write `decision`; None if it is the first for its wait, else the one recorded first."""

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 import sqlalchemy as sa
 
 from ._database import is_postgres
-from ._tables import engine_for, engine_with, missing_table
+from ._tables import engine_for, engine_with, missing_table, text_columns
 
 __all__ = ["NOTICES_TABLE", "Notices"]
 
@@ -25,12 +25,13 @@ NOTICES_TABLE = "durable_swarm_notices"
 
 _CREATE_TABLE = f"""
 CREATE TABLE IF NOT EXISTS {NOTICES_TABLE} (
-    run_id VARCHAR(255) PRIMARY KEY,
+    run_id TEXT PRIMARY KEY,
     executor_id VARCHAR(255) NOT NULL,
     notice TEXT NOT NULL,
     noticed_at VARCHAR(64) NOT NULL
 )
 """
+_UPGRADES = text_columns(NOTICES_TABLE, "run_id")
 
 
 class Notices:
@@ -40,7 +41,7 @@ class Notices:
         self._url = database_url
 
     def _engine(self) -> sa.Engine:
-        return engine_with(self._url, NOTICES_TABLE, _CREATE_TABLE)
+        return engine_with(self._url, NOTICES_TABLE, _CREATE_TABLE, _UPGRADES)
 
     def _forget(self, conn: sa.Connection, run_id: str) -> None:
         """Delete `run_id`'s notice and those of runs that no longer wait (finished, failed,

@@ -6,12 +6,13 @@ database)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 
 import sqlalchemy as sa
 
 from ._database import create_engine
 
-__all__ = ["engine_for", "engine_with", "missing_table"]
+__all__ = ["engine_for", "engine_with", "missing_table", "text_columns"]
 
 _engines: dict[str, sa.Engine] = {}
 _made: set[tuple[str, str]] = set()
@@ -33,19 +34,46 @@ def missing_table(error: sa.exc.DBAPIError) -> bool:
     return "no such table" in text or ("does not exist" in text and "relation" in text)
 
 
-def engine_with(database_url: str, table: str, ddl: str) -> sa.Engine:
+def engine_with(
+    database_url: str, table: str, ddl: str, upgrades: Mapping[str, str] | None = None
+) -> sa.Engine:
     """The shared engine on `database_url`, with `table` created by `ddl` if it is missing
-    (for writes)."""
+    (for writes), then brought up to date by `upgrades[<dialect name>]` if given (a statement
+    that changes nothing on a table already up to date)."""
     engine = engine_for(database_url)
     with _lock:
         if (database_url, table) not in _made:
+            upgrade = (upgrades or {}).get(engine.dialect.name)
             for attempt in range(3):
                 try:
                     with engine.begin() as conn:
                         conn.execute(sa.text(ddl))
+                        if upgrade:
+                            conn.execute(sa.text(upgrade))
                     break
                 except sa.exc.DBAPIError:
                     if attempt == 2:
                         raise
             _made.add((database_url, table))
         return engine
+
+
+def text_columns(table: str, *columns: str) -> dict[str, str]:
+    """The upgrade (for `engine_with`) of `table`'s `columns` from VARCHAR(255), as earlier
+    releases made them, to TEXT: PostgreSQL enforces the length, and DBOS's run ids and a
+    model's tool call ids have none. SQLite does not enforce it, so it needs nothing."""
+    names = ", ".join(f"'{c}'" for c in columns)
+    alter = ", ".join(f"ALTER COLUMN {c} TYPE TEXT" for c in columns)
+    return {
+        "postgresql": f"""
+DO $$ BEGIN
+    IF EXISTS (
+        SELECT 1 FROM information_schema.columns
+        WHERE table_schema = current_schema() AND table_name = '{table}'
+            AND column_name IN ({names}) AND data_type = 'character varying'
+    ) THEN
+        ALTER TABLE {table} {alter};
+    END IF;
+END $$
+"""
+    }
