@@ -74,8 +74,9 @@ class Host(Child):
         got = self.process.stdout.readline().strip()
         assert got == line, f"host said {got!r}, not {line!r}:\n{self.output()[-4000:]}"
 
-    def start(self) -> str:
-        prefix = f"w{next(_ids)}-{uuid.uuid4().hex[:6]}"
+    def start(self, within: str = "") -> str:
+        """Start a batch; its prefix begins with `within` (which may hold "/")."""
+        prefix = f"{within}w{next(_ids)}-{uuid.uuid4().hex[:6]}"
         assert self.process.stdin is not None
         self.process.stdin.write(prefix + "\n")
         self.process.stdin.flush()

@@ -203,3 +203,22 @@ def test_the_pages_are_readable_on_a_phone(browser: Any, console: Console, batch
     finally:
         phone.context.close()
     assert phone.errors == []
+
+
+def test_arguments_show_as_written_and_control_characters_as_escapes(tab: Page) -> None:
+    """What an approval shows is the text the call was made with (JSON.parse would round a
+    large number), and a right-to-left override cannot reorder it."""
+    tab.open("/approvals")
+    shown = tab.page.evaluate(
+        """() => {
+            const args = '{"to":"bob\\u202emoc.live@",'
+                + '"amount":12345678901234567890,"n":1e400,"e":{}}';
+            const box = el("pre", { text: pretty(args) });
+            return box.textContent;
+        }"""
+    )
+    assert shown == (
+        '{\n  "to": "bob\\u202emoc.live@",\n  "amount": 12345678901234567890,\n  "n": 1e400,\n'
+        '  "e": {}\n}'
+    )
+    assert tab.page.evaluate("() => pretty('not json, {')") == "not json, {"

@@ -15,7 +15,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -88,6 +88,33 @@ def _answer_with(status: int) -> Callable[[Request, Exception], Awaitable[JSONRe
     return answer
 
 
+def _same_secret(given: str, secret: str) -> bool:
+    """`given` equals `secret`, compared in constant time as UTF-8 bytes (any text a client
+    sends, non-ASCII included, is simply not the secret)."""
+    return hmac.compare_digest(
+        given.encode("utf-8", "surrogatepass"), secret.encode("utf-8", "surrogatepass")
+    )
+
+
+def _last_event(header: str | None) -> int:
+    """The step a reconnecting event stream resumes after (`Last-Event-ID`); 0 when the header
+    is missing or not a step number."""
+    value = (header or "").strip()
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else 0
+
+
+# Sent with every answer: no page of the console may be framed by another site (a click in an
+# invisible frame would approve a call), nor post a form or load a plugin elsewhere.
+_SECURITY_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": (
+        "frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+
+
 def _session_value(token: str) -> str:
     """The login cookie's value: derived from the token, never the token itself."""
     return hmac.new(token.encode(), b"durable-swarm console session", hashlib.sha256).hexdigest()
@@ -135,10 +162,12 @@ def create_app(
         if token is None:
             return True
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token):
+        # Header values arrive decoded as Latin-1: encoded back, they are the bytes sent.
+        sent = given.strip().encode("latin-1", "replace").decode("utf-8", "replace")
+        if scheme.lower() == "bearer" and _same_secret(sent, token):
             return True
         cookie = request.cookies.get(COOKIE, "")
-        return session is not None and hmac.compare_digest(cookie, session)
+        return session is not None and _same_secret(cookie, session)
 
     def same_origin(request: Request) -> bool:
         origin = request.headers.get("origin") or request.headers.get("referer")
@@ -149,6 +178,11 @@ def create_app(
 
     @app.middleware("http")
     async def guard(request: Request, call_next: Callable[[Request], Any]) -> Response:
+        response = await checked(request, call_next)
+        response.headers.update(_SECURITY_HEADERS)
+        return response
+
+    async def checked(request: Request, call_next: Callable[[Request], Any]) -> Response:
         path = request.url.path
         if request.method not in _SAFE_METHODS and not same_origin(request):
             return _error(
@@ -163,7 +197,14 @@ def create_app(
                     "Missing or wrong token: send 'Authorization: Bearer <token>' (the token "
                     "given to durable-swarm serve, or DURABLE_SWARM_TOKEN).",
                 )
-            return RedirectResponse(f"/login?next={path}", status_code=303)
+            # The path as sent (still encoded: a run id may hold "#", "?" or "/").
+            sent = request.scope.get("raw_path", b"").decode("latin-1") or path
+            back = sent + (f"?{request.url.query}" if request.url.query else "")
+            return RedirectResponse(f"/login?next={quote(back, safe='/')}", status_code=303)
+        if "\x00" in path or "%00" in request.url.query:
+            return _error(
+                422, "Bad request: the URL contains a NUL character (%00). Nothing was changed."
+            )
         response: Response = await call_next(request)
         return response
 
@@ -174,6 +215,16 @@ def create_app(
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return _error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def server_error(request: Request, exc: Exception) -> JSONResponse:
+        # Logged with its traceback by the server; the client learns what failed, not how.
+        return _error(
+            500,
+            f"Internal error in {request.method} {request.url.path}: {type(exc).__name__}. "
+            "Nothing may have been changed; see the console's log, and check the run "
+            "(GET /api/runs/<run_id>) before trying again.",
+        )
 
     # An error's message is the answer's; the most specific class decides the status.
     for error, status in ((_BadRequest, 422), (RunNotFoundError, 404), (DurableSwarmError, 409)):
@@ -193,7 +244,7 @@ def create_app(
         agent: str | None = None,
         q: Annotated[str | None, Query(description="text in the run's messages")] = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
     ) -> dict[str, Any]:
         """Runs, newest first, one page: `{"runs": [...], "total": N, "limit", "offset"}`."""
         statuses = [s for value in status or [] for s in value.split(",") if s]
@@ -211,12 +262,9 @@ def create_app(
             "offset": offset,
         }
 
-    @app.get("/api/runs/{run_id}", tags=["runs"])
-    def get_run(run_id: str) -> dict[str, Any]:
-        """The run with its messages, steps, transitions, decisions and what it waits for."""
-        return detail(run_id)
-
-    @app.get("/api/runs/{run_id}/events", tags=["runs"])
+    # Run ids may hold "/" (DBOS allows any text): `{run_id:path}`, and the routes with a suffix
+    # are declared before the plain one, which would take the suffix as part of the id.
+    @app.get("/api/runs/{run_id:path}/events", tags=["runs"])
     async def run_events(
         run_id: str,
         request: Request,
@@ -226,13 +274,16 @@ def create_app(
         `status` event at the start and at each change, then `end` when the run finishes.
         Reconnecting with `Last-Event-ID` resumes after that step."""
         await asyncio.to_thread(client.get_run, run_id)  # 404 before the stream starts
-        resume_at = (last_event_id or "").strip()
-        after = int(resume_at) if resume_at.isdigit() else 0
         return StreamingResponse(
-            _stream(client, run_id, request, after, poll_interval),
+            _stream(client, run_id, request, _last_event(last_event_id), poll_interval),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
+
+    @app.get("/api/runs/{run_id:path}", tags=["runs"])
+    def get_run(run_id: str) -> dict[str, Any]:
+        """The run with its messages, steps, transitions, decisions and what it waits for."""
+        return detail(run_id)
 
     @app.get("/api/approvals", tags=["approvals"])
     def approvals(limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict[str, Any]:
@@ -252,37 +303,49 @@ def create_app(
 
     # --- acting ------------------------------------------------------------------------------
 
-    @app.post("/api/runs/{run_id}/input", tags=["actions"])
+    @app.post("/api/runs/{run_id:path}/input", tags=["actions"])
     def send_input(run_id: str, body: InputBody) -> dict[str, Any]:
         """Answer the question the run waits on (409 when it does not wait for one)."""
         client.send_input(run_id, body.text, by="console")
         return {"run_id": run_id, "sent": "input"}
 
-    @app.post("/api/runs/{run_id}/approve", tags=["actions"])
+    @app.post("/api/runs/{run_id:path}/approve", tags=["actions"])
     def approve(run_id: str, body: ApproveBody) -> dict[str, Any]:
         """Approve the tool call the run waits on, with exactly the arguments it shows."""
         client.approve(run_id, body.tool_call_id, by="console")
         return {"run_id": run_id, "sent": "approval", "tool_call_id": body.tool_call_id}
 
-    @app.post("/api/runs/{run_id}/reject", tags=["actions"])
+    @app.post("/api/runs/{run_id:path}/reject", tags=["actions"])
     def reject(run_id: str, body: RejectBody) -> dict[str, Any]:
         """Reject the tool call the run waits on; the model reads `message`."""
         client.reject(run_id, body.tool_call_id, body.message, by="console")
         return {"run_id": run_id, "sent": "rejection", "tool_call_id": body.tool_call_id}
 
-    @app.post("/api/runs/{run_id}/cancel", tags=["actions"])
+    @app.post("/api/runs/{run_id:path}/cancel", tags=["actions"])
     def cancel(run_id: str) -> dict[str, Any]:
-        """Cancel the run and its sub-agents."""
+        """Cancel the run and its sub-agents (409 when it had already finished)."""
         client.cancel(run_id)
+        status = client.get_run(run_id).status
+        if status != "cancelled":
+            raise DurableSwarmError(
+                f"Run {run_id!r} had already {status} (or did just now): nothing was cancelled."
+            )
         return {"run_id": run_id, "cancelled": True}
 
-    @app.post("/api/runs/{run_id}/resume", tags=["actions"])
+    @app.post("/api/runs/{run_id:path}/resume", tags=["actions"])
     def resume(run_id: str) -> dict[str, Any]:
-        """Continue a cancelled run, or a failed one from the step that failed."""
-        client.resume(run_id)
+        """Continue a cancelled run, or a failed one from the step that failed (409 for a run
+        that has not ended: it goes on where it is)."""
+        status = client.get_run(run_id).status
+        if status not in ("failed", "cancelled", "succeeded"):
+            raise DurableSwarmError(
+                f"Run {run_id!r} is {status}: it has not ended, so it goes on where it is; "
+                "nothing was resumed."
+            )
+        client.resume(run_id)  # a succeeded run raises, saying to fork it instead
         return {"run_id": run_id, "resumed": True}
 
-    @app.post("/api/runs/{run_id}/fork", tags=["actions"])
+    @app.post("/api/runs/{run_id:path}/fork", tags=["actions"])
     def fork(run_id: str, body: ForkBody) -> dict[str, Any]:
         """A new run copying this run's steps before `step`: `{"run_id": <new id>}`."""
         last = max((s.step for s in client.get_run(run_id).steps), default=0)
@@ -303,7 +366,7 @@ def create_app(
     def runs_page(request: Request) -> HTMLResponse:
         return page(request, "runs.html", title="Runs")
 
-    @app.get("/runs/{run_id}", response_class=HTMLResponse, include_in_schema=False)
+    @app.get("/runs/{run_id:path}", response_class=HTMLResponse, include_in_schema=False)
     def run_page(request: Request, run_id: str) -> HTMLResponse:
         client.handle(run_id)  # 404 for an unknown run
         return page(request, "run.html", title=f"Run {run_id}", run_id=run_id)
@@ -321,7 +384,7 @@ def create_app(
         form = parse_qs((await request.body()).decode("utf-8", "replace"))
         given = (form.get("token") or [""])[0]
         target = _safe_next((form.get("next") or ["/"])[0])
-        if token is None or session is None or not hmac.compare_digest(given, token):
+        if token is None or session is None or not _same_secret(given, token):
             response = page(request, "login.html", title="Log in", next=target, failed=True)
             response.status_code = 401
             return response

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import ipaddress
 import sys
+from typing import Any
+from urllib.parse import urlsplit
+
+from starlette.responses import JSONResponse
 
 from ..durable._client import DurableClient
 from ..durable._database import display_url
 from ..errors import DurableSwarmError
 
-__all__ = ["check_bind", "serve"]
+__all__ = ["LoopbackHostsOnly", "check_bind", "serve"]
 
 
 def _loopback(host: str) -> bool:
@@ -19,6 +23,33 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+class LoopbackHostsOnly:
+    """ASGI wrapper of a console served without a token: it answers only requests addressed to
+    a loopback name or address (their `Host` header), 421 to others. Bound to 127.0.0.1, the
+    console is reachable from this machine only, but a page of another site whose DNS name is
+    made to point at 127.0.0.1 (DNS rebinding) would reach it from the browser, sending its own
+    name as `Host`; a request with no `Host` (not a browser's) is answered."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+            if host and not _loopback(urlsplit(f"//{host}").hostname or ""):
+                response = JSONResponse(
+                    {
+                        "error": f"Refused: this console has no token, so it answers only "
+                        f"requests addressed to localhost or a loopback address, not {host!r}. "
+                        "Open it as http://127.0.0.1:<port>/, or serve it with --token T."
+                    },
+                    status_code=421,
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def check_bind(host: str, token: str | None) -> None:
@@ -59,4 +90,5 @@ def serve(
             file=sys.stderr,
             flush=True,
         )
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        served = app if token else LoopbackHostsOnly(app)
+        uvicorn.run(served, host=host, port=port, log_level="warning")

@@ -29,17 +29,25 @@ async function api(path, body) {
   return data;
 }
 
+// Control characters and bidirectional marks and overrides, shown as escapes (as the CLI shows
+// them): a stored "\u202e" must not reorder what an operator reads, an approval above all.
+const UNSAFE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+
+function visible(text) {
+  return String(text).replace(UNSAFE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
 function el(tag, props, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(props || {})) {
     if (value === undefined || value === null || value === false) continue;
-    if (key === "text") node.textContent = value;
+    if (key === "text") node.textContent = visible(value);
     else if (key === "class") node.className = value;
     else node.setAttribute(key, value);
   }
   for (const child of children.flat()) {
     if (child === null || child === undefined || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    node.append(child instanceof Node ? child : document.createTextNode(visible(child)));
   }
   return node;
 }
@@ -62,15 +70,42 @@ function runLink(runId) {
   return el("a", { href: `/runs/${encodeURIComponent(runId)}`, class: "mono", text: runId });
 }
 
+// JSON text indented without parsing it: every token stays as it was written (a number's
+// digits above all, which JSON.parse would round), since an approval is bound to that text.
+// Text that is not JSON is returned as it is.
+function indentJson(text) {
+  try { JSON.parse(text); } catch (_) { return text; }
+  let out = "", depth = 0, inString = false, escaped = false;
+  const newline = () => `\n${"  ".repeat(depth)}`;
+  for (const c of text) {
+    if (inString) {
+      out += c;
+      if (escaped) escaped = false;
+      else if (c === "\\") escaped = true;
+      else if (c === '"') inString = false;
+    } else if (c === '"') {
+      inString = true;
+      out += c;
+    } else if (c === "{" || c === "[") {
+      depth += 1;
+      out += c + newline();
+    } else if (c === "}" || c === "]") {
+      depth -= 1;
+      out = /[{[]\n *$/.test(out) ? out.trimEnd() + c : out + newline() + c;  // {} and [] stay whole
+    } else if (c === ",") {
+      out += c + newline();
+    } else if (c === ":") {
+      out += ": ";
+    } else if (!/\s/.test(c)) {
+      out += c;
+    }
+  }
+  return out;
+}
+
 function pretty(value) {
   if (value === null || value === undefined) return "";
-  if (typeof value === "string") {
-    try {
-      const parsed = JSON.parse(value);
-      if (parsed !== null && typeof parsed === "object") return JSON.stringify(parsed, null, 2);
-    } catch (_) { /* plain text */ }
-    return value;
-  }
+  if (typeof value === "string") return indentJson(value);
   return JSON.stringify(value, null, 2);
 }
 
@@ -88,7 +123,7 @@ function compact(value) {
 function notice(text, isError) {
   const box = document.getElementById("notice");
   if (!box) return;
-  box.textContent = text;
+  box.textContent = visible(text);
   box.className = isError ? "notice error" : "notice";
   box.hidden = !text;
 }
@@ -241,7 +276,7 @@ function runPage() {
     const notes = [];
     if (run.recovery_attempts > 1) notes.push(`Resumed after a crash: another process took this run over (${run.recovery_attempts - 1} time${run.recovery_attempts > 2 ? "s" : ""}). Finished steps were not run again.`);
     if (run.error) notes.push(`Failed: ${run.error}`);
-    banner.textContent = notes.join(" ");
+    banner.textContent = visible(notes.join(" "));
     banner.className = run.error ? "banner bad" : "banner";
     banner.hidden = notes.length === 0;
 
@@ -250,12 +285,12 @@ function runPage() {
     const askApproval = run.status === "waiting_for_approval";
     document.getElementById("wait-input").hidden = !askInput;
     document.getElementById("wait-approval").hidden = !askApproval;
-    if (askInput) document.getElementById("prompt").textContent = waiting.prompt || "";
+    if (askInput) document.getElementById("prompt").textContent = visible(waiting.prompt || "");
     if (askApproval) {
       const fn = (waiting.tool_call || {}).function || {};
-      document.getElementById("approval-agent").textContent = waiting.agent || "";
-      document.getElementById("approval-tool").textContent = fn.name || "";
-      document.getElementById("approval-args").textContent = pretty(fn.arguments);
+      document.getElementById("approval-agent").textContent = visible(waiting.agent || "");
+      document.getElementById("approval-tool").textContent = visible(fn.name || "");
+      document.getElementById("approval-args").textContent = visible(pretty(fn.arguments));
     }
 
     const messages = run.messages.map(messageItem);
