@@ -4,8 +4,10 @@ characters, which PostgreSQL enforces) are widened at first use. On SQLite and P
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 
+from durable_swarm import DurableSwarmError
 from durable_swarm.durable._decisions import DECISIONS_TABLE, Decision, DecisionLog
 from durable_swarm.durable._notices import NOTICES_TABLE, Notices
 from durable_swarm.durable._tables import _made, engine_for
@@ -50,3 +52,13 @@ def test_tables_of_earlier_releases_take_long_ids(durable_swarm_factory) -> None
             ).all()
         assert {kind for _, _, kind in kinds} == {"text"}, kinds
         assert len(kinds) == 4
+
+
+def test_a_decision_holding_a_nul_byte_is_refused_before_anything_is_stored(
+    durable_swarm_factory,
+) -> None:
+    swarm = durable_swarm_factory(ScriptedClient(lambda m, t: text("ok")))
+    for message, by in (("no\x00way", None), ("fine", "ada\x00")):
+        with pytest.raises(DurableSwarmError, match=r"NUL character .*nothing was sent"):
+            swarm.reject("some-run", "call-1", message, by=by)
+    assert DecisionLog(swarm.database_url).find("some-run", tool_call_id="call-1") is None
