@@ -61,6 +61,9 @@ def test_numbers_and_nul_bytes_out_of_range_are_bad_requests(console: Console, b
         response = http.get(path)
         assert response.status_code == 422 and "NUL" in response.json()["error"], path
     assert http.get("/api/runs", params={"q": "a\x00b"}).status_code == 422
+    for step in (True, "1", 1.5):
+        forked = http.post(f"/api/runs/{batch}-ok/fork", json={"step": step})
+        assert forked.status_code == 422, step
     run = f"/api/runs/{batch}-ok/events"
     for last in ("²", "9" * 5000, "-1", "12abc"):
         headers = {"Last-Event-ID": last.encode()}

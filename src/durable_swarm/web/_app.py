@@ -68,7 +68,7 @@ class RejectBody(_Strict):
 class ForkBody(_Strict):
     """Fork a run: a new run copying the steps before `step`."""
 
-    step: int
+    step: int = Field(strict=True)  # `true` is not step 1
 
 
 class _BadRequest(Exception):
