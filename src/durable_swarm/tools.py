@@ -104,6 +104,9 @@ class ToolSpec:
         parameters: the JSON schema of the arguments, offered to the model instead of one built
             from the signature (for tools described by someone else, such as an MCP server's).
             Arguments are then only checked to be a JSON object; the tool checks the rest.
+        key_parameter: the keyword argument that receives the call's idempotency key when the
+            tool takes it (MCP tools take another, so that a server's parameter named
+            `idempotency_key` is the model's to fill).
     """
 
     name: str | None = None
@@ -113,6 +116,7 @@ class ToolSpec:
     needs_approval: bool = False
     delegate: Any = None
     parameters: dict[str, Any] | None = None
+    key_parameter: str = IDEMPOTENCY_KEY
 
 
 class ToolSource(abc.ABC):
@@ -326,7 +330,8 @@ def parse_arguments(func: Callable[..., Any], raw: str) -> dict[str, Any]:
         raise ValueError(f"the arguments are not valid JSON ({e.msg} at position {e.pos})") from e
     if not isinstance(args, dict):
         raise ValueError(f"the arguments must be a JSON object, got {type(args).__name__}")
-    for injected in INJECTED:  # the library fills these in, whatever the model sent (as Swarm)
+    # the library fills these in, whatever the model sent (as Swarm)
+    for injected in (CONTEXT_VARIABLES, tool_spec(func).key_parameter):
         if injected in args and injected in _parameters(func):
             del args[injected]
     if tool_spec(func).parameters is not None:
@@ -411,8 +416,9 @@ def _arguments(
     parameters = _parameters(func)
     if CONTEXT_VARIABLES in parameters:
         args[CONTEXT_VARIABLES] = context_variables
-    if IDEMPOTENCY_KEY in parameters:
-        args[IDEMPOTENCY_KEY] = idempotency_key
+    key_parameter = tool_spec(func).key_parameter
+    if key_parameter in parameters:
+        args[key_parameter] = idempotency_key
     return args
 
 

@@ -4,18 +4,42 @@
 HTTP at `http://127.0.0.1:PORT/mcp`. Every call of `append_line` appends `text`, the request's
 idempotency key and the server's pid to the file named by `MCP_TEST_LOG`, so tests count side
 effects at the server. `MCP_TEST_EXTRA=1` adds the tool `multiply` (a changed server).
+
+`MCP_TEST_ODD=1` adds odd tools: `crash` (appends a line as `append_line`, then exits without
+answering), one whose name is 70 characters long (`LONG_NAME`), `keyed` (a parameter named
+`idempotency_key`), `sleep`, and `only_as_task` (to be run only as an MCP task:
+`execution.taskSupport` "required", which clients of the 2025 protocol see).
+`MCP_TEST_LEGACY=1` makes the server speak only the 2025 protocol (over HTTP: a session per
+client, forgotten when the server restarts).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
+from typing import Any
 
 from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
+from mcp_types import METHOD_NOT_FOUND, Tool, ToolExecution
 
-server = MCPServer("test-server", log_level="ERROR")
+LONG_NAME = "a_tool_with_a_very_long_name_that_no_model_api_accepts_as_it_is_given"
+
+
+class TestServer(MCPServer):
+    async def list_tools(self) -> list[Tool]:
+        """The tools, `only_as_task` marked as runnable only as a task."""
+        required = ToolExecution(task_support="required")
+        return [
+            t.model_copy(update={"execution": required}) if t.name == "only_as_task" else t
+            for t in await super().list_tools()
+        ]
+
+
+server = TestServer("test-server", log_level="ERROR")
 
 
 @server.tool()
@@ -80,6 +104,47 @@ def multiply(a: int, b: int) -> int:
 
 if os.environ.get("MCP_TEST_EXTRA") == "1":
     server.add_tool(multiply)
+
+if os.environ.get("MCP_TEST_LEGACY") == "1":
+
+    async def legacy_only(ctx: Any, call_next: Any) -> Any:
+        """Refuse `server/discover`: clients fall back to the 2025 protocol's handshake."""
+        if ctx.method == "server/discover":
+            raise MCPError(code=METHOD_NOT_FOUND, message="Method not found")
+        return await call_next(ctx)
+
+    server.middleware.append(legacy_only)
+
+if os.environ.get("MCP_TEST_ODD") == "1":
+
+    @server.tool()
+    def crash(text: str, ctx: Context) -> str:
+        """Append a line of text to the log (as `append_line`), then exit without answering."""
+        append_line(text, ctx)
+        os._exit(1)
+
+    @server.tool(name=LONG_NAME)
+    def long_name() -> str:
+        """A tool with a 70-character name."""
+        return "long"
+
+    @server.tool()
+    def keyed(idempotency_key: str, ctx: Context) -> str:
+        """A tool with a parameter named idempotency_key: both it and the request's key."""
+        meta = ctx.request_context.meta or {}
+        return json.dumps({"param": idempotency_key, "meta": meta.get("idempotency_key")})
+
+    @server.tool()
+    async def sleep(seconds: float) -> str:
+        """Wait `seconds`, then answer."""
+        await asyncio.sleep(seconds)
+        return "awake"
+
+    @server.tool()
+    def only_as_task() -> str:
+        """A tool that can only be run as an MCP task."""
+        return "never"
+
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["http"]:

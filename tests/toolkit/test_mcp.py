@@ -22,9 +22,11 @@ from durable_swarm import Agent, MCPServerUnavailableError, Swarm
 from durable_swarm.testing import ScriptedClient, ToolCall, calls, text
 from durable_swarm.toolkit import MCPTools, SkillCompositionError
 
+from ._mcp_server import LONG_NAME
 from ._mcp_support import free_port, http_server, lines, stdio_tools
 
 SERVER_TOOLS = ["add", "append_line", "fail", "picture", "big", "pid", "header", "evolve"]
+ODD = {"MCP_TEST_ODD": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -370,3 +372,112 @@ def test_stdio_servers_are_stopped_when_the_process_exits(tmp_path: Path):
     )
     assert done.returncode == 0, done.stderr
     wait_gone(int(done.stdout.strip()))
+
+
+def test_a_long_tool_name_is_shortened_and_calls_the_servers_tool(tmp_path: Path):
+    tools = stdio_tools(tmp_path / "calls.jsonl", env=ODD)
+    try:
+        short = next(d["name"] for d in tools.list_tools() if d["tool"] == LONG_NAME)
+        assert len(short) == 64 and short.startswith(LONG_NAME[:55] + "_")
+        client = ScriptedClient([calls(ToolCall(short, id="long")), text("a"), text("b")])
+        agent = Agent(name="Long", functions=[tools])
+        response = Swarm(client).run(agent, [{"role": "user", "content": "go"}])
+        assert tool_messages(response.messages)["long"] == "long"
+        Swarm(client).run(agent, [{"role": "user", "content": "again"}])
+        for request in client.requests:
+            assert all(len(name) <= 64 for name in offered(request))
+            assert short in offered(request)
+    finally:
+        tools.close()
+
+
+def test_an_invalid_recorded_tool_name_is_refused_every_time_with_mcp_advice(tmp_path: Path):
+    tools = stdio_tools(tmp_path / "calls.jsonl")
+    listing = [{"name": LONG_NAME, "tool": LONG_NAME, "description": "", "parameters": {}}]
+    for _ in range(2):  # never cached: refused again, not offered
+        with pytest.raises(ValueError, match="not a valid tool name") as error:
+            tools.tools(listing)
+        assert f"exclude=[{LONG_NAME!r}]" in str(error.value) and "prefix=" in str(error.value)
+        assert "@tool" not in str(error.value)
+    assert stdio_tools(tmp_path / "calls.jsonl", exclude=[LONG_NAME]).tools(listing) == []
+
+
+def test_tools_that_run_only_as_tasks_are_left_out(tmp_path: Path):
+    with http_server(tmp_path / "calls.jsonl", MCP_TEST_LEGACY="1", **ODD) as url:
+        tools = MCPTools(url=url, name="tests")
+        try:
+            names = [d["tool"] for d in tools.list_tools()]
+        finally:
+            tools.close()
+    assert "only_as_task" not in names and "keyed" in names
+
+
+def test_a_restarted_http_server_is_given_a_new_session_and_the_call_made_once(tmp_path: Path):
+    log, port = tmp_path / "calls.jsonl", free_port()
+    tools = MCPTools(url=f"http://127.0.0.1:{port}/mcp", name="tests", timeout=10)
+    try:
+        with http_server(log, port, MCP_TEST_LEGACY="1"):
+            assert tools.call("append_line", {"text": "one"}) == "appended 'one'"
+        with http_server(log, port, MCP_TEST_LEGACY="1"):  # it forgot the session
+            assert tools.call("append_line", {"text": "two"}) == "appended 'two'"
+            assert tools.call("append_line", {"text": "three"}) == "appended 'three'"
+    finally:
+        tools.close()
+    assert [line["text"] for line in lines(log)] == ["one", "two", "three"]
+
+
+def test_a_call_that_crashes_a_stdio_server_is_answered_once_and_the_server_restarted(
+    tmp_path: Path,
+):
+    log = tmp_path / "calls.jsonl"
+    tools = stdio_tools(log, env=ODD)
+    try:
+        answer = tools.call("crash", {"text": "charged"})
+        assert answer.startswith("Error: MCP server 'tests' exited during the call to tool crash")
+        assert "may or may not have taken effect" in answer
+        assert [line["text"] for line in lines(log)] == ["charged"]  # not sent again
+        assert tools.call("add", {"a": 1, "b": 2}) == "3"  # the next call starts it again
+    finally:
+        tools.close()
+
+
+def test_a_call_that_crashes_an_http_server_is_answered_once(tmp_path: Path):
+    log = tmp_path / "calls.jsonl"
+    with http_server(log, **ODD) as url:
+        tools = MCPTools(url=url, name="tests", timeout=10)
+        try:
+            answer = tools.call("crash", {"text": "charged"})
+        finally:
+            tools.close()
+    assert answer.startswith("Error: MCP server 'tests' dropped the connection during the call")
+    assert "may or may not have taken effect" in answer
+    assert [line["text"] for line in lines(log)] == ["charged"]
+
+
+def test_a_call_that_does_not_answer_in_time_is_answered_with_the_timeout(tmp_path: Path):
+    tools = stdio_tools(tmp_path / "calls.jsonl", env=ODD, timeout=1)
+    try:
+        answer = tools.call("sleep", {"seconds": 5})
+        assert answer == (
+            "Error: MCP tool sleep on server 'tests' did not answer within 1 seconds; it may or "
+            "may not have taken effect."
+        )
+        assert tools.call("add", {"a": 1, "b": 1}) == "2"
+    finally:
+        tools.close()
+
+
+def test_a_server_parameter_named_idempotency_key_is_the_models(tmp_path: Path):
+    tools = stdio_tools(tmp_path / "calls.jsonl", env=ODD, include=["keyed"])
+    try:
+        client = ScriptedClient(
+            [calls(ToolCall("keyed", {"idempotency_key": "from-the-model"}, id="k")), text("ok")]
+        )
+        response = Swarm(client).run(
+            Agent(name="Keys", functions=[tools]), [{"role": "user", "content": "go"}]
+        )
+        assert "idempotency_key" in offered(client.requests[0])["keyed"]["parameters"]["properties"]
+        seen = json.loads(tool_messages(response.messages)["k"])
+        assert seen == {"param": "from-the-model", "meta": None}
+    finally:
+        tools.close()

@@ -5,6 +5,8 @@ for approval."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from durable_swarm import Agent, MCPServerUnavailableError, ShellTool
 from durable_swarm.testing import ScriptedClient, ToolCall, calls, text
 from durable_swarm.toolkit import MCPTools
 
+from ._mcp_server import LONG_NAME
 from ._mcp_support import free_port, http_server, lines, stdio_tools
 
 TIMEOUT = 90.0
@@ -105,6 +108,41 @@ def test_a_server_that_is_down_fails_the_run_which_resumes_once_it_is_up(
         assert info.status == "succeeded", info.error
         assert [line["text"] for line in lines(log)] == ["entry"]
     tools.close()
+
+
+def test_odd_tools_in_a_durable_run_long_name_keyed_parameter_and_a_crash(
+    durable_swarm_factory, run_id: str, tmp_path: Path
+):
+    log = tmp_path / "calls.jsonl"
+    tools = stdio_tools(log, env={"MCP_TEST_ODD": "1"}, include=[LONG_NAME, "keyed", "crash"])
+    short = f"{LONG_NAME[:55]}_{hashlib.sha256(LONG_NAME.encode()).hexdigest()[:8]}"
+    try:
+        client = ScriptedClient(
+            [
+                calls(
+                    ToolCall(short, id="long"),
+                    ToolCall("keyed", {"idempotency_key": "model"}, id="keyed"),
+                    ToolCall("crash", {"text": "charged"}, id="crash"),
+                ),
+                text("done"),
+            ]
+        )
+        swarm = durable_swarm_factory(client)
+        agent = Agent(name="Odd", functions=[tools])
+        response = swarm.run(agent, [{"role": "user", "content": "go"}], run_id=run_id)
+        results = {
+            m["tool_call_id"]: m["content"] for m in response.messages if m["role"] == "tool"
+        }
+        assert results["long"] == "long"
+        info = swarm.get_run(run_id)
+        keyed_step = next(s.step for s in info.steps if s.kind == "tool" and s.name == "keyed")
+        assert json.loads(results["keyed"]) == {"param": "model", "meta": f"{run_id}:{keyed_step}"}
+        assert "exited during the call to tool crash" in results["crash"]
+        assert [line["text"] for line in lines(log)] == ["charged"]  # once, not retried
+        listing = next(s.output for s in info.steps if s.kind == "tools")
+        assert short in [d["name"] for d in listing]
+    finally:
+        tools.close()
 
 
 def test_a_shell_command_waits_for_approval_and_runs_once_approved(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import hashlib
 import json
 import logging
 import os
@@ -45,6 +46,10 @@ ATTEMPTS = 3
 FIRST_DELAY_SECONDS = 1.0
 BACKOFF = 2.0
 LIST_PAGE_LIMIT = 100
+MAX_NAME = 64  # the longest tool name the OpenAI API accepts
+# the keyword argument `MCPTool` receives the call's idempotency key as (not `idempotency_key`,
+# which may be a parameter of the server's tool, filled in by the model)
+KEY_PARAMETER = "_durable_swarm_idempotency_key"
 
 _LAUNCHERS = {"python", "python3", "node", "npx", "uv", "uvx", "bun", "deno", "docker", "bunx"}
 _INVALID_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
@@ -151,6 +156,32 @@ def _connection_lost(error: BaseException) -> bool:
     )
 
 
+def _session_lost(error: BaseException) -> bool:
+    """True when an HTTP server answered 404 for the session ("Session terminated" or "Session
+    not found"): it forgot the session (it restarted) and did not run the request."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types.jsonrpc import INVALID_REQUEST
+
+    return (
+        isinstance(error, MCPError)
+        and error.code == INVALID_REQUEST
+        and error.error.message in ("Session terminated", "Session not found")
+    )
+
+
+def _refused_status(error: BaseException) -> bool:
+    """True when an HTTP server answered with an error status and no JSON-RPC error (as some
+    servers answer 400 for a session they do not know)."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types.jsonrpc import INTERNAL_ERROR
+
+    return (
+        isinstance(error, MCPError)
+        and error.code == INTERNAL_ERROR
+        and error.error.message == "Server returned an error response"
+    )
+
+
 def _default_name(command: Sequence[str] | None, url: str | None) -> str:
     if url is not None:
         from urllib.parse import urlsplit
@@ -182,11 +213,13 @@ class MCPTool:
             description=str(descriptor.get("description") or ""),
             needs_approval=source.needs_approval_for(self.tool),
             parameters=dict(descriptor.get("parameters") or {}),
+            key_parameter=KEY_PARAMETER,
         )
         setattr(self, TOOL_SPEC_ATTR, spec)
 
-    def __call__(self, idempotency_key: str | None = None, **arguments: Any) -> str:
-        return self.source.call(self.tool, arguments, idempotency_key=idempotency_key)
+    def __call__(self, _durable_swarm_idempotency_key: str | None = None, **arguments: Any) -> str:
+        key = _durable_swarm_idempotency_key
+        return self.source.call(self.tool, arguments, idempotency_key=key)
 
     def __repr__(self) -> str:
         return f"<MCP tool {self.tool!r} of server {self.source.name!r}>"
@@ -206,10 +239,14 @@ class MCPTools(ToolSource):
 
     A result becomes the tool message: text as is, structured content as JSON when there is no
     text, images, audio and binary resources as a short placeholder, cut to `max_result_chars`.
-    A tool error (`isError`) or a request the server refuses becomes an error message the model
-    reads. A server that cannot be reached (it does not start, refuses connections, or died and
-    does not come back) is tried 3 times, 1 s then 2 s apart; then `MCPServerUnavailableError`
-    names the server and fails the run at that step (a durable run resumes with `resume`).
+    A tool error (`isError`), a request the server refuses or a call that does not answer within
+    `timeout` becomes an error message the model reads. A server that cannot be reached (it does
+    not start, refuses connections, or died and does not come back) is tried 3 times, 1 s then
+    2 s apart; then `MCPServerUnavailableError` names the server and fails the run at that step
+    (a durable run resumes with `resume`). A call is never sent twice: when the server exits or
+    the connection drops during the call, the model reads that it may or may not have taken
+    effect. Tool names are made valid (long ones shortened with a hash); tools that run only as
+    MCP tasks are left out.
 
     Args:
         command: the server's argument vector (stdio); exactly one of `command` and `url`.
@@ -329,7 +366,7 @@ class MCPTools(ToolSource):
             return tools
 
         try:
-            tools = await self._with_client(fetch)
+            tools = await self._with_client(fetch, resend=True)
         except MCPServerUnavailableError:
             raise
         except Exception as e:
@@ -339,7 +376,7 @@ class MCPTools(ToolSource):
                 "and resumes with resume(run_id).",
                 server=self.name,
             ) from e
-        listing = [self._describe(t) for t in tools if self._offers(t.name)]
+        listing = [self._describe(t) for t in tools if self._offers(t.name) and self._callable(t)]
         missing = (self.include or frozenset()) - {d["tool"] for d in listing}
         if missing:
             logger.warning(
@@ -353,10 +390,26 @@ class MCPTools(ToolSource):
     def _offers(self, tool: str) -> bool:
         return (self.include is None or tool in self.include) and tool not in self.exclude
 
+    def _callable(self, tool: Any) -> bool:
+        """False for a tool that only runs as an MCP task (`execution.taskSupport` "required"),
+        which this client does not support."""
+        execution = getattr(tool, "execution", None)
+        if getattr(execution, "task_support", None) != "required":
+            return True
+        logger.debug(
+            "MCP server %r: leaving out tool %r: it runs only as a task (taskSupport 'required')",
+            self.name,
+            tool.name,
+        )
+        return False
+
     def _describe(self, tool: Any) -> dict[str, Any]:
         offered = _INVALID_NAME_CHARS.sub(
             "_", f"{self.prefix}_{tool.name}" if self.prefix else tool.name
         )
+        if len(offered) > MAX_NAME:  # shortened, kept apart by a hash of the server's name
+            digest = hashlib.sha256(tool.name.encode()).hexdigest()[:8]
+            offered = f"{offered[: MAX_NAME - 9]}_{digest}"
         schema = dict(tool.input_schema or {})
         schema.pop("$schema", None)
         schema.setdefault("type", "object")
@@ -369,14 +422,31 @@ class MCPTools(ToolSource):
         }
 
     def tools(self, listing: list[dict[str, Any]]) -> list[Callable[..., Any]]:
-        """The callable tools for a recorded `listing` (one object per tool, reused)."""
+        """The callable tools for a recorded `listing` (one object per tool, reused), leaving
+        out those `include`/`exclude` leave out now.
+
+        Raises:
+            ValueError: a tool's name is not a valid tool name (a listing recorded by an older
+                version, which did not shorten long names).
+        """
         made: list[Callable[..., Any]] = []
         for descriptor in listing:
+            if not self._offers(str(descriptor["tool"])):
+                continue
             key = json.dumps(descriptor, sort_keys=True)
             tool = self._tools.get(key)
             if tool is None:
-                tool = self._tools[key] = MCPTool(self, descriptor)
-                check_tool_name(tool.__name__, tool)
+                tool = MCPTool(self, descriptor)
+                try:
+                    check_tool_name(tool.__name__, tool)
+                except ValueError:
+                    raise ValueError(
+                        f"MCP server {self.name!r} offers tool {tool.tool!r} as {tool.__name__!r}, "
+                        "which is not a valid tool name (1 to 64 letters, digits, '_' or '-'). "
+                        f"Leave it out (MCPTools(..., exclude=[{tool.tool!r}])) or offer it "
+                        "under another prefix (MCPTools(..., prefix=...))."
+                    ) from None
+                self._tools[key] = tool
             made.append(tool)
         return made
 
@@ -393,6 +463,7 @@ class MCPTools(ToolSource):
 
     async def _acall(self, tool: str, arguments: dict[str, Any], key: str | None) -> str:
         from mcp.shared.exceptions import MCPError
+        from mcp_types.jsonrpc import REQUEST_TIMEOUT
 
         meta = {IDEMPOTENCY_META_KEY: key} if key else None
 
@@ -402,18 +473,29 @@ class MCPTools(ToolSource):
             )
 
         try:
-            result = await self._with_client(send)
+            result = await self._with_client(send, resend=False)
         except MCPServerUnavailableError:
             raise
-        except MCPError as e:
-            return self._cut(
-                f"Error: MCP server {self.name!r} refused tool {tool}: {e.error.message}"
-            )
-        except TimeoutError:
-            return (
-                f"Error: MCP tool {tool} on server {self.name!r} did not answer within "
-                f"{self.timeout:g} seconds."
-            )
+        except Exception as e:
+            if isinstance(e, TimeoutError) or (
+                isinstance(e, MCPError) and e.code == REQUEST_TIMEOUT
+            ):
+                return (
+                    f"Error: MCP tool {tool} on server {self.name!r} did not answer within "
+                    f"{self.timeout:g} seconds; it may or may not have taken effect."
+                )
+            if _connection_lost(e):
+                what = "exited" if self.url is None else "dropped the connection"
+                return (
+                    f"Error: MCP server {self.name!r} {what} during the call to tool {tool} "
+                    f"({_describe_error(e)}); the call may or may not have taken effect. Check "
+                    "before calling it again (the connection is reopened on the next call)."
+                )
+            if isinstance(e, MCPError):
+                return self._cut(
+                    f"Error: MCP server {self.name!r} refused tool {tool}: {e.error.message}"
+                )
+            raise
         text = _result_text(result)
         if result.is_error:
             text = f"Error: MCP tool {tool} on server {self.name!r} failed: {text or 'no details'}"
@@ -430,9 +512,16 @@ class MCPTools(ToolSource):
 
     # -- the connection ------------------------------------------------------------------------
 
-    async def _with_client(self, request: Callable[[Any], Coroutine[Any, Any, T]]) -> T:
-        """`request(client)` on a live connection; a lost or refused connection is reopened and
-        the request sent again (3 attempts, 1 s then 2 s apart)."""
+    async def _with_client(
+        self, request: Callable[[Any], Coroutine[Any, Any, T]], *, resend: bool
+    ) -> T:
+        """`request(client)` on a live connection (3 attempts, 1 s then 2 s apart).
+
+        Connecting is retried, and so is a request the server never ran: one an HTTP server
+        refused because it forgot the session (it restarted). A connection lost while the
+        request was out is retried only when `resend` (a request without effects); otherwise it
+        is closed (the next request reopens it) and the error raised.
+        """
         last: BaseException | None = None
         delay = FIRST_DELAY_SECONDS
         for attempt in range(ATTEMPTS):
@@ -440,7 +529,7 @@ class MCPTools(ToolSource):
                 await asyncio.sleep(delay)
                 delay *= BACKOFF
             try:
-                client = await self._connected()
+                client, fresh = await self._connected()
             except Exception as e:
                 last = e
                 logger.info("MCP server %r: connecting failed (%s)", self.name, _describe_error(e))
@@ -448,23 +537,59 @@ class MCPTools(ToolSource):
             try:
                 return await request(client)
             except Exception as e:
-                if not _connection_lost(e):
+                lost, never_ran = _connection_lost(e), not fresh and _session_lost(e)
+                if lost or never_ran or (not fresh and _refused_status(e)):
+                    await self._drop(client)  # the next request reopens it
+                if not (never_ran or (lost and resend)):
                     raise
                 last = e
                 logger.info("MCP server %r: connection lost (%s)", self.name, _describe_error(e))
-                await self._aclose()
         assert last is not None
         where = f"at {self.url}" if self.url else f"started as {' '.join(self.command or [])!r}"
         raise MCPServerUnavailableError(
             self.name, f"{_describe_error(last)} ({where}; {ATTEMPTS} attempts)"
         )
 
-    async def _connected(self) -> Any:
+    def _open(self) -> Any:
+        """The open connection's client, or None."""
+        if self._holder is None or self._holder.done():
+            return None
+        return self._client
+
+    async def _alive(self, client: Any) -> bool:
+        """Ping an open connection: False when its server is gone or refuses the session. Any
+        answer shows the server is there (a server of the 2026 protocol answers that it does
+        not know `ping`)."""
+        try:
+            await client.session.send_ping()
+        except Exception as e:
+            if _connection_lost(e) or _session_lost(e) or _refused_status(e):
+                logger.info("MCP server %r: connection lost (%s)", self.name, _describe_error(e))
+                return False
+            logger.debug("MCP server %r: ping failed (%s)", self.name, _describe_error(e))
+        return True
+
+    async def _drop(self, client: Any) -> None:
+        """Close the connection of `client`, unless another one replaced it meanwhile."""
+        if self._client is client:
+            await self._aclose()
+
+    async def _connected(self) -> tuple[Any, bool]:
+        """A client on a live connection, and whether it was opened now. An open stdio
+        connection is pinged first (a local round trip), and reopened when its server died, so
+        that a call is never sent to a dead server and then taken for one lost on the way. An
+        HTTP server that restarted is found out by the request itself: it refuses the session
+        it forgot, and the request is sent again on a new one (see `_with_client`)."""
+        client = self._open()
+        if client is not None:
+            if self.url is not None or await self._alive(client):
+                return client, False
+            await self._drop(client)
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
-            if self._client is not None and self._holder is not None and not self._holder.done():
-                return self._client
+            if (client := self._open()) is not None:  # opened by another call meanwhile
+                return client, False
             await self._aclose()
             ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             self._stop = asyncio.Event()
@@ -475,7 +600,7 @@ class MCPTools(ToolSource):
                 await self._aclose()
                 raise
             _BACKGROUND.sources.add(self)
-            return self._client
+            return self._client, True
 
     async def _hold(self, ready: asyncio.Future[Any], stop: asyncio.Event) -> None:
         """Open the connection, hand it over through `ready`, keep it open until `stop` (the
