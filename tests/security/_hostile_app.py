@@ -21,7 +21,7 @@ from durable_swarm.human import AskUser
 from durable_swarm.testing import ScriptedClient, ToolCall, calls, text
 from durable_swarm.toolkit import tool
 
-EVIL = "\x1b]0;pwned\x07\x1b[2J\x9b31m\u202e\x08\rX"
+EVIL = "\x1b]0;pwned\x07\x1b[2J\x9b31m\u202e\u200b\U000e0041\ufeff\x08\rX"
 RUN_IDS = {
     "ok": "ok" + EVIL,
     "failed": "failed" + EVIL,

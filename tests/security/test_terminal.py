@@ -1,7 +1,8 @@
 """Everything the command prints from a run is safe for a terminal: escape sequences, BEL, C1
-controls, backspaces, carriage returns and bidirectional overrides in run ids, agent and tool
-names, arguments, results, context, errors and prompts are shown visibly, in every column of
-every command, on SQLite and PostgreSQL; JSON output keeps them exactly (as escapes)."""
+controls, backspaces, carriage returns, bidirectional overrides and invisible characters in run
+ids, agent and tool names, arguments, results, context, errors and prompts are shown visibly, in
+every column of every command, on SQLite and PostgreSQL; JSON output keeps them exactly (as
+escapes)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from durable_swarm._cli._style import clean
 from ._hostile_app import CALL_ID, EVIL, RUN_IDS
 
 APP = Path(__file__).with_name("_hostile_app.py")
-UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff\U000e0000-\U000e007f]"
+)
 # The only escape sequences the command writes itself: colours, and clearing the spinner line.
 OURS = re.compile(r"\x1b\[[0-9;]*m|\r\x1b\[K")
 # How EVIL looks once escaped, up to its carriage return (which a one-line preview makes a space).

@@ -222,3 +222,5 @@ def test_arguments_show_as_written_and_control_characters_as_escapes(tab: Page) 
         '  "e": {}\n}'
     )
     assert tab.page.evaluate("() => pretty('not json, {')") == "not json, {"
+    hidden = tab.page.evaluate("() => visible('a\\u200bb\\ufeffc\\u{e0041}d\\u200de')")
+    assert hidden == "a\\u200bb\\ufeffc\\u{e0041}d\u200de"  # a joiner stays: emoji need it

@@ -117,3 +117,14 @@ def test_the_login_redirect_keeps_the_query_and_an_encoded_run_id(
         assert page.headers["location"] == "/login?next=/runs/a%2523b"
         right = browser.post("/login", data={"token": TOKEN, "next": "/runs/a%23b"})
         assert right.headers["location"] == "/runs/a%23b"
+
+
+def test_invisible_characters_in_a_run_id_are_shown_on_its_page(
+    console: Console, host: Host
+) -> None:
+    prefix = host.start(within="zero\u200bwidth\u202e-")
+    ok = f"{prefix}-ok"
+    wait_status(console, host, quote(ok, safe=""), "succeeded")
+    page = console.http.get(f"/runs/{quote(ok, safe='')}").text
+    assert '<h1 class="run-id">zero\\u200bwidth\\u202e-' in page
+    assert "\u200b" not in page.split("data-run-id")[0]  # the title too

@@ -8,6 +8,7 @@ import re
 from datetime import datetime
 from typing import Any
 
+from .._terminal import INVISIBLE
 from ..durable._runs import RunInfo, StepRecord
 from ._style import Style, ago, clean, duration, local_time, preview
 
@@ -39,15 +40,16 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
-# JSON escapes C0 controls itself; these it would leave raw (DEL, C1, bidirectional overrides).
-_RAW_IN_JSON = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# JSON escapes C0 controls itself; these it would leave raw (DEL, C1, bidirectional overrides,
+# invisible characters).
+_RAW_IN_JSON = re.compile(f"[\x7f-\x9f{INVISIBLE}]")
 
 
 def dumps(data: Any) -> str:
     """JSON text for programs: sorted keys, ISO 8601 times, non-ASCII kept except the characters
     a terminal could act on, which are `\\uXXXX` escapes like every control character."""
     text = json.dumps(data, default=_default, sort_keys=True, ensure_ascii=False)
-    return _RAW_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _RAW_IN_JSON.sub(lambda m: json.dumps(m.group())[1:-1], text)  # \\uXXXX (pairs)
 
 
 def step_json(step: StepRecord) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import StreamingResponse
 
+from .._terminal import clean
 from ..durable._client import DurableClient
 from ..durable._runs import STATUSES
 from ..errors import DurableSwarmError, RunNotFoundError
@@ -153,6 +154,7 @@ def create_app(
         redoc_url=None,
     )
     templates = Jinja2Templates(directory=str(_HERE / "templates"))
+    templates.env.filters["visible"] = clean  # control and invisible characters as escapes
     app.mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static")
     session = _session_value(token) if token else None
 
@@ -219,12 +221,14 @@ def create_app(
     @app.exception_handler(Exception)
     async def server_error(request: Request, exc: Exception) -> JSONResponse:
         # Logged with its traceback by the server; the client learns what failed, not how.
-        return _error(
+        response = _error(
             500,
             f"Internal error in {request.method} {request.url.path}: {type(exc).__name__}. "
             "Nothing may have been changed; see the console's log, and check the run "
             "(GET /api/runs/<run_id>) before trying again.",
         )
+        response.headers.update(_SECURITY_HEADERS)  # this answer bypasses `guard`
+        return response
 
     # An error's message is the answer's; the most specific class decides the status.
     for error, status in ((_BadRequest, 422), (RunNotFoundError, 404), (DurableSwarmError, 409)):
@@ -369,7 +373,7 @@ def create_app(
     @app.get("/runs/{run_id:path}", response_class=HTMLResponse, include_in_schema=False)
     def run_page(request: Request, run_id: str) -> HTMLResponse:
         client.handle(run_id)  # 404 for an unknown run
-        return page(request, "run.html", title=f"Run {run_id}", run_id=run_id)
+        return page(request, "run.html", title=f"Run {clean(run_id)}", run_id=run_id)
 
     @app.get("/approvals", response_class=HTMLResponse, include_in_schema=False)
     def approvals_page(request: Request) -> HTMLResponse:

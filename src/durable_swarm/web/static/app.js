@@ -29,12 +29,16 @@ async function api(path, body) {
   return data;
 }
 
-// Control characters and bidirectional marks and overrides, shown as escapes (as the CLI shows
-// them): a stored "\u202e" must not reorder what an operator reads, an approval above all.
-const UNSAFE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+// Control characters, bidirectional marks and overrides and invisible format characters, shown
+// as escapes (the CLI shows the same set, `_terminal.INVISIBLE`): a stored "\u202e" must not
+// reorder, nor a zero-width or tag character hide, what an operator reads, an approval above all.
+const UNSAFE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u00ad\u061c\u180e\u200b\u200c\u200e\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\u{e0000}-\u{e007f}]/gu;
 
 function visible(text) {
-  return String(text).replace(UNSAFE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+  return String(text).replace(UNSAFE, (c) => {
+    const code = c.codePointAt(0).toString(16);
+    return code.length > 4 ? `\\u{${code}}` : `\\u${code.padStart(4, "0")}`;
+  });
 }
 
 function el(tag, props, ...children) {
@@ -75,32 +79,35 @@ function runLink(runId) {
 // Text that is not JSON is returned as it is.
 function indentJson(text) {
   try { JSON.parse(text); } catch (_) { return text; }
-  let out = "", depth = 0, inString = false, escaped = false;
-  const newline = () => `\n${"  ".repeat(depth)}`;
+  return reflowJson(text, "  ");
+}
+
+// JSON text with its whitespace outside strings replaced: indented by `indent`, or none at all
+// (indent null). One pass; an empty {} or [] stays whole.
+function reflowJson(text, indent) {
+  const out = [];
+  let depth = 0, inString = false, escaped = false, opened = false;
+  const newline = () => (indent === null ? "" : `\n${indent.repeat(depth)}`);
   for (const c of text) {
     if (inString) {
-      out += c;
+      out.push(c);
       if (escaped) escaped = false;
       else if (c === "\\") escaped = true;
       else if (c === '"') inString = false;
-    } else if (c === '"') {
-      inString = true;
-      out += c;
-    } else if (c === "{" || c === "[") {
-      depth += 1;
-      out += c + newline();
-    } else if (c === "}" || c === "]") {
-      depth -= 1;
-      out = /[{[]\n *$/.test(out) ? out.trimEnd() + c : out + newline() + c;  // {} and [] stay whole
-    } else if (c === ",") {
-      out += c + newline();
-    } else if (c === ":") {
-      out += ": ";
-    } else if (!/\s/.test(c)) {
-      out += c;
+      continue;
     }
+    if (/\s/.test(c)) continue;
+    const closing = c === "}" || c === "]";
+    if (closing) depth -= 1;
+    if (opened && !closing) out.push(newline());  // the first item of a container
+    else if (closing && !opened) out.push(newline());
+    opened = c === "{" || c === "[";
+    if (opened) depth += 1;
+    if (c === '"') inString = true;
+    out.push(c === ":" && indent !== null ? ": " : c);
+    if (c === ",") out.push(newline());
   }
-  return out;
+  return out.join("");
 }
 
 function pretty(value) {
@@ -111,11 +118,8 @@ function pretty(value) {
 
 function compact(value) {
   if (typeof value === "string") {
-    try {
-      const parsed = JSON.parse(value);
-      if (parsed !== null && typeof parsed === "object") return JSON.stringify(parsed);
-    } catch (_) { /* plain text */ }
-    return value;
+    try { JSON.parse(value); } catch (_) { return value; }  // plain text
+    return reflowJson(value, null);  // on one line, every token as written
   }
   return JSON.stringify(value);
 }
