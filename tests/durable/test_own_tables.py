@@ -58,7 +58,9 @@ def test_a_decision_holding_a_nul_byte_is_refused_before_anything_is_stored(
     durable_swarm_factory,
 ) -> None:
     swarm = durable_swarm_factory(ScriptedClient(lambda m, t: text("ok")))
-    for message, by in (("no\x00way", None), ("fine", "ada\x00")):
+    for call, message, by in (("call-1", "no\x00way", None), ("call-1", "fine", "ada\x00")):
         with pytest.raises(DurableSwarmError, match=r"NUL character .*nothing was sent"):
-            swarm.reject("some-run", "call-1", message, by=by)
+            swarm.reject("some-run", call, message, by=by)
+    with pytest.raises(DurableSwarmError, match=r"NUL character .*nothing was sent"):
+        swarm.approve("some-run", "call\x00-1")
     assert DecisionLog(swarm.database_url).find("some-run", tool_call_id="call-1") is None

@@ -170,7 +170,11 @@ class RunControl:
         key = _answer_key(run_id, waiting)
         message = {"text": str(text), "by": by, "at": _now()}
         self.source.send(run_id, message, "input", idempotency_key=key)
-        stored = self.query.sent_message(run_id, key) if key is not None else None
+        try:
+            stored = self.query.sent_message(run_id, key) if key is not None else None
+        except Exception as e:  # the answer is stored: only whose it is stays unknown
+            logger.warning("Run %s: an answer was sent; reading it back failed (%s).", run_id, e)
+            return
         if isinstance(stored, dict) and stored != message:
             raise DurableSwarmError(
                 f"Run {run_id!r} was answered by {stored.get('by') or 'someone (no name given)'} "
@@ -188,7 +192,7 @@ class RunControl:
         does a decision on a call decided earlier. A call the run does not wait for raises
         `DurableSwarmError`; nothing is sent then.
         """
-        for name, value in (("message", message), ("by", by)):
+        for name, value in (("message", message), ("by", by), ("tool call id", tool_call_id)):
             if isinstance(value, str) and "\x00" in value:
                 raise DurableSwarmError(
                     f"The {name} of this decision on tool call {tool_call_id!r} of run "

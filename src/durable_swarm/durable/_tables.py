@@ -5,6 +5,7 @@ database)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 
@@ -14,6 +15,7 @@ from ._database import create_engine
 
 __all__ = ["engine_for", "engine_with", "missing_table", "text_columns"]
 
+logger = logging.getLogger("durable_swarm")
 _engines: dict[str, sa.Engine] = {}
 _made: set[tuple[str, str]] = set()
 _lock = threading.Lock()
@@ -43,19 +45,37 @@ def engine_with(
     engine = engine_for(database_url)
     with _lock:
         if (database_url, table) not in _made:
-            upgrade = (upgrades or {}).get(engine.dialect.name)
             for attempt in range(3):
                 try:
                     with engine.begin() as conn:
                         conn.execute(sa.text(ddl))
-                        if upgrade:
-                            conn.execute(sa.text(upgrade))
                     break
                 except sa.exc.DBAPIError:
                     if attempt == 2:
                         raise
+            upgrade = (upgrades or {}).get(engine.dialect.name)
+            if upgrade:
+                _upgrade(engine, table, upgrade)
             _made.add((database_url, table))
         return engine
+
+
+def _upgrade(engine: sa.Engine, table: str, statement: str) -> None:
+    """Best effort: an upgrade that cannot be made now (the table belongs to another role, or
+    a long transaction holds it) is logged and tried again by the next process; the table
+    works as it is meanwhile, except for what the upgrade was for."""
+    try:
+        with engine.begin() as conn:
+            if engine.dialect.name == "postgresql":
+                conn.execute(sa.text("SET LOCAL lock_timeout = '5s'"))
+            conn.execute(sa.text(statement))
+    except sa.exc.DBAPIError as e:
+        logger.warning(
+            "durable-swarm: could not upgrade the table %s (%s); it keeps working as it is. "
+            "Run the process once as the table's owner to upgrade it.",
+            table,
+            str(e.orig).strip().splitlines()[0] if e.orig else e,
+        )
 
 
 def text_columns(table: str, *columns: str) -> dict[str, str]:
