@@ -557,13 +557,12 @@ class MCPTools(ToolSource):
         return self._client
 
     async def _alive(self, client: Any) -> bool:
-        """Ping an open connection: False when its server is gone or refuses the session. Any
-        answer shows the server is there (a server of the 2026 protocol answers that it does
-        not know `ping`)."""
+        """Ping an open (stdio) connection: False when its server is gone. Any answer shows the
+        server is there (a server of the 2026 protocol answers that it does not know `ping`)."""
         try:
             await client.session.send_ping()
         except Exception as e:
-            if _connection_lost(e) or _session_lost(e) or _refused_status(e):
+            if _connection_lost(e):
                 logger.info("MCP server %r: connection lost (%s)", self.name, _describe_error(e))
                 return False
             logger.debug("MCP server %r: ping failed (%s)", self.name, _describe_error(e))
