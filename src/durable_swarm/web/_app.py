@@ -89,12 +89,12 @@ def _answer_with(status: int) -> Callable[[Request, Exception], Awaitable[JSONRe
     return answer
 
 
-def _same_secret(given: str, secret: str) -> bool:
+def _same_secret(given: str | bytes, secret: str) -> bool:
     """`given` equals `secret`, compared in constant time as UTF-8 bytes (any text a client
     sends, non-ASCII included, is simply not the secret)."""
-    return hmac.compare_digest(
-        given.encode("utf-8", "surrogatepass"), secret.encode("utf-8", "surrogatepass")
-    )
+    if isinstance(given, str):
+        given = given.encode("utf-8", "surrogatepass")
+    return hmac.compare_digest(given, secret.encode("utf-8", "surrogatepass"))
 
 
 def _last_event(header: str | None) -> int:
@@ -165,7 +165,7 @@ def create_app(
             return True
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         # Header values arrive decoded as Latin-1: encoded back, they are the bytes sent.
-        sent = given.strip().encode("latin-1", "replace").decode("utf-8", "replace")
+        sent = given.strip().encode("latin-1", "replace")
         if scheme.lower() == "bearer" and _same_secret(sent, token):
             return True
         cookie = request.cookies.get(COOKIE, "")
@@ -341,7 +341,7 @@ def create_app(
         """Continue a cancelled run, or a failed one from the step that failed (409 for a run
         that has not ended: it goes on where it is)."""
         status = client.get_run(run_id).status
-        if status not in ("failed", "cancelled", "succeeded"):
+        if status not in _FINISHED:
             raise DurableSwarmError(
                 f"Run {run_id!r} is {status}: it has not ended, so it goes on where it is; "
                 "nothing was resumed."
