@@ -302,6 +302,12 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     worker.add_argument("--executor-id", help="this worker's name (default: host, pid, random)")
     worker.add_argument(
+        "--on-executor-id-taken", choices=["error", "fresh", "wait"], default=None,
+        help="when a live process holds --executor-id: refuse to start (error), take a fresh "
+        "id (fresh) or start once it has stopped (wait) (default: "
+        "$DURABLE_SWARM_ON_EXECUTOR_ID_TAKEN, else error)",
+    )  # fmt: skip
+    worker.add_argument(
         "--heartbeat-interval", type=float, metavar="SECONDS",
         help="seconds between heartbeats (default: $DURABLE_SWARM_HEARTBEAT_INTERVAL, else 5)",
     )  # fmt: skip
@@ -312,9 +318,11 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     worker.add_argument(
         "--shutdown-grace", type=_non_negative, default=DEFAULT_SHUTDOWN_GRACE, metavar="SECONDS",
-        help="seconds to stop in once asked (SIGTERM, Ctrl-C); past them, with a step still "
-        "running or the database unreachable, it exits with status 1 and names the runs it "
-        f"leaves, which are finished elsewhere or on restart (default: {DEFAULT_SHUTDOWN_GRACE:g})",
+        help="seconds to stop in once asked (SIGTERM, Ctrl-C): it takes no more runs and lets "
+        "the steps running here finish; past them, with a step still running or the database "
+        "unreachable, it exits with status 1 and names the steps it leaves, whose runs are "
+        "taken over once it is gone; set it above your longest tool (default: "
+        f"{DEFAULT_SHUTDOWN_GRACE:g})",
     )  # fmt: skip
     add_budget_options(worker, "the budget of runs whose client gave none")
 
@@ -395,6 +403,7 @@ def _cmd_worker(args: argparse.Namespace, style: Style) -> int:
         heartbeat_interval=args.heartbeat_interval,
         dead_after=args.dead_after,
         shutdown_grace=args.shutdown_grace,
+        on_executor_id_taken=args.on_executor_id_taken,
     )
     return 0
 

@@ -23,6 +23,7 @@ __all__ = [
     "DecisionConflictError",
     "DuplicateAgentError",
     "DurableSwarmError",
+    "ExecutorIdInUseError",
     "MCPServerUnavailableError",
     "ModelCallError",
     "ModelResponseError",
@@ -212,6 +213,31 @@ class DatabaseUnavailableError(DurableSwarmError, ConnectionError):
             "Nothing was written.",
             url=url,
             cause=cause,
+        )
+
+
+class ExecutorIdInUseError(DurableSwarmError):
+    """Another live process holds this executor id: it wrote a heartbeat under it recently and
+    is not known to have exited. Two processes under one id would both run its runs' steps, so
+    the second refuses to start (see `on_executor_id_taken` for the alternatives)."""
+
+    executor_id: str
+    host: str
+    pid: int
+    heartbeat_age: float
+
+    def __init__(self, executor_id: str, *, host: str, pid: int, heartbeat_age: float):
+        super().__init__(
+            f"Executor id {executor_id!r} is in use by a live process (host {host!r}, pid "
+            f"{pid}, last heartbeat {heartbeat_age:.1f} s ago); this process did not start, "
+            "so no run's step runs twice. Stop that process first, give this one another id "
+            "(or none: a fresh one is made), or pass on_executor_id_taken='fresh' "
+            "(--on-executor-id-taken fresh) to take a fresh id, or 'wait' to start once that "
+            "process has stopped.",
+            executor_id=executor_id,
+            host=host,
+            pid=pid,
+            heartbeat_age=heartbeat_age,
         )
 
 

@@ -2,7 +2,8 @@
 
 The model is the test's FakeOpenAIServer (`DSW_FAKE_URL`). `step` appends `start <tag> <pid>` to
 `<DSW_WORK_DIR>/step.log`, waits while the file `<DSW_WORK_DIR>/hold-<tag>` exists (so a test can
-keep a run inside its tool), then appends `end <tag> <pid>`.
+keep a run inside its tool; meanwhile `tick <tag> <pid>` every 0.1 s), then appends
+`end <tag> <pid>`.
 """
 
 from __future__ import annotations
@@ -27,8 +28,12 @@ def step(tag: str) -> str:
     """Do one step of work."""
     _log(f"start {tag} {os.getpid()}")
     deadline = time.monotonic() + 300
+    ticked = time.monotonic()
     while (WORK_DIR / f"hold-{tag}").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
+        if time.monotonic() - ticked >= 0.1:  # alive inside the tool (see `overlaps`)
+            _log(f"tick {tag} {os.getpid()}")
+            ticked = time.monotonic()
     _log(f"end {tag} {os.getpid()}")
     return f"stepped {tag}"
 

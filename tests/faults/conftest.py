@@ -116,6 +116,29 @@ def step_lines(work_dir: Path) -> list[tuple[str, str, int]]:
     return [(kind, tag, int(pid)) for kind, tag, pid in (line.split() for line in lines)]
 
 
+def overlaps(work_dir: Path) -> list[str]:
+    """Every pair of executions of the tool `step` for one tag, in two processes, that were
+    alive at the same moment: each execution spans its `start` line to its last line (`tick`
+    lines come every 0.1 s while it runs, `end` when it returns; a killed one writes nothing
+    more), in the order the lines were appended to the log."""
+    bodies: list[tuple[str, int, int, int]] = []  # (tag, pid, first line, last line)
+    current: dict[tuple[str, int], int] = {}  # (tag, pid) -> index into bodies
+    for index, (kind, tag, pid) in enumerate(step_lines(work_dir)):
+        if kind == "start":
+            current[(tag, pid)] = len(bodies)
+            bodies.append((tag, pid, index, index))
+        elif (tag, pid) in current:
+            at = current[(tag, pid)]
+            bodies[at] = (*bodies[at][:3], index)
+    found = []
+    for i, (tag, pid, first, last) in enumerate(bodies):
+        for other, other_pid, other_first, other_last in bodies[i + 1 :]:
+            if other == tag and other_pid != pid and other_first <= last and first <= other_last:
+                found.append(f"{tag}: process {pid} (lines {first}-{last}) and {other_pid} "
+                             f"(lines {other_first}-{other_last})")  # fmt: skip
+    return found
+
+
 def starts(work_dir: Path, tag: str) -> int:
     """How many times the tool `step` started for `tag`."""
     return sum(1 for kind, t, _ in step_lines(work_dir) if kind == "start" and t == tag)

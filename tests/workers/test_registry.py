@@ -193,17 +193,19 @@ def test_a_process_owning_thousands_of_runs_lists_them_less_often(tmp_path: Path
     looks: list[int] = []
     beat = 0
 
-    def pending_of(executor_id: str, version: str, *, untouched_for: float) -> list[str]:
+    def pending_of(
+        executor_id: str, version: str, *, untouched_for: float
+    ) -> list[tuple[str, str | None]]:
         looks.append(beat)
-        return owned
+        return [(run_id, f"token-{run_id}") for run_id in owned]
 
     running = list(owned)
-    handed: list[str] = []
+    handed: list[tuple[str, str | None]] = []
     own.registry.pending_of = pending_of  # type: ignore[method-assign]
     own._running = lambda: running
 
-    def hand_back(run_id: str) -> bool:  # back on its queue: no longer PENDING here
-        handed.append(run_id)
+    def hand_back(run_id: str, token: str | None) -> bool:  # back on its queue
+        handed.append((run_id, token))
         owned.remove(run_id)
         return True
 
@@ -216,7 +218,7 @@ def test_a_process_owning_thousands_of_runs_lists_them_less_often(tmp_path: Path
     for beat in range(9, 20):  # noqa: B007
         own._heal()
     assert looks == [0, 4, 8, 12, 13, 14, 17]  # found at 12, handed back at 13
-    assert handed == ["r7"]
+    assert handed == [("r7", "token-r7")]  # fenced by the token of the execution it saw
     own.registry.close()
 
 

@@ -17,7 +17,8 @@ import sqlalchemy as sa
 from dbos import DBOS
 
 from .._aio import in_event_loop
-from ..errors import DatabaseUnavailableError, DurableSwarmError
+from ..errors import DatabaseUnavailableError, DurableSwarmError, ExecutorIdInUseError
+from . import _drain
 from ._database import describe_fault, display_url, prepare_sqlite
 from ._failures import quiet_tracebacks
 from ._log import REPLAY_VERSION, JsonSerializer
@@ -30,6 +31,7 @@ __all__ = [
     "APPLICATION_VERSION",
     "busy_runs",
     "ensure_launched",
+    "execution_token",
     "executor_id",
     "hand_back",
     "launched_url",
@@ -171,6 +173,7 @@ def ensure_launched(
     heartbeat_interval: float | None = None,
     dead_after: float | None = None,
     say: Callable[[str], None] | None = None,
+    on_executor_id_taken: str | None = None,
 ) -> None:
     """Launch DBOS on `database_url` unless it already runs in this process.
 
@@ -186,6 +189,11 @@ def ensure_launched(
     `queues` (a worker) makes this process take queued runs only from those queues (DBOS's
     internal queue, which carries recovered runs, always included); it needs a DBOS that is not
     launched yet. `say` receives the status lines of the ownership thread (default: the log).
+
+    An executor id that another live process holds is refused with `ExecutorIdInUseError`
+    (`on_executor_id_taken`: "error", default `DURABLE_SWARM_ON_EXECUTOR_ID_TAKEN`), or
+    replaced by a fresh one ("fresh"), or waited for ("wait"); see
+    `ProcessRegistry.register`.
     """
     global _launched_url, _owned, _ownership
     with _lock:
@@ -205,6 +213,7 @@ def ensure_launched(
                 )
             return
         quiet_tracebacks()
+        _drain.reopen()  # a launch after a stop in this process begins steps again
         beat, dead = timing(heartbeat_interval, dead_after)
         ownership: Ownership | None = None
         wakeups: Wakeups | None = None
@@ -220,6 +229,7 @@ def ensure_launched(
                 dead_after=dead,
                 application_version=APPLICATION_VERSION,
                 say=say,
+                on_executor_id_taken=on_executor_id_taken,
             )
             # Register before launching, so a claim in progress on this executor id finishes
             # before DBOS recovers this executor's runs at launch. A PostgreSQL database that
@@ -229,11 +239,14 @@ def ensure_launched(
                 early = ownership.registry.database_exists()
                 if early:
                     ownership.register()
+            except ExecutorIdInUseError:
+                ownership.registry.close()
+                raise
             except Exception as e:
                 ownership.registry.close()
                 cause = describe_fault(e, database_url)
                 raise DatabaseUnavailableError(display_url(database_url), cause) from e
-            config = _config(database_url, executor_id, poll_interval)
+            config = _config(database_url, ownership.executor_id, poll_interval)
             wakeups = install_wakeups(DBOS(config=config))  # type: ignore[arg-type]
             if wakeups is not None:
                 wakeups.starting = starting_on
@@ -247,8 +260,8 @@ def ensure_launched(
             else:
                 _launch_outside_event_loop()
             if ownership is not None:
-                if not early:
-                    ownership.register()
+                if not early:  # DBOS runs under this id now: it cannot change any more
+                    ownership.register(fixed_id=True)
                 gate_queues(_instance(), ownership, note_taken, hand_back, starting_on)
                 ownership.start(recover_runs_of, busy_runs, hand_back)
             if wakeups is not None:
@@ -259,6 +272,8 @@ def ensure_launched(
                 _owned = False
             if ownership is not None:
                 ownership.stop(mark_stopped=False)
+            if isinstance(e, ExecutorIdInUseError):
+                raise
             cause = describe_fault(e, database_url)
             raise DatabaseUnavailableError(display_url(database_url), cause) from e
         _ownership = ownership
@@ -277,9 +292,29 @@ def executor_id() -> str:
     return str(GlobalParams.executor_id)
 
 
-def hand_back(run_id: str) -> bool:
-    """Put `run_id`, which this process runs, back on its queue for any process to take (the
-    caller then stops its execution without recording anything). False if it is not ours."""
+def execution_token(run_id: str) -> str | None:
+    """The ownership token of the execution of `run_id` that runs the calling code (DBOS
+    writes it on the run when the execution begins, and refuses the checkpoints of an
+    execution whose token is no longer there); None outside one, or on a DBOS without
+    tokens. DBOS has no public call for it."""
+    try:
+        from dbos._context import current_owner_xid
+
+        token = current_owner_xid(run_id)
+    except (ImportError, AssertionError):
+        return None
+    return None if token is None else str(token)
+
+
+def hand_back(run_id: str, token: str | None = None) -> bool:
+    """Put `run_id`, which this process owns, back on its queue for any process to take (the
+    caller then stops its execution without recording anything). False if it is not ours.
+
+    Fenced by the execution's ownership token: only while the run is PENDING under this
+    executor *and* still owned by the execution holding `token` (that of the calling
+    execution, `execution_token`; None: the token the run holds now, for a run no execution
+    here runs). A stale execution, whose run was taken over and started again meanwhile
+    (even under this same executor id), moves nothing."""
     from dbos._utils import INTERNAL_QUEUE_NAME
 
     dbos = _instance()
@@ -288,13 +323,27 @@ def hand_back(run_id: str) -> bool:
         wakeups.hold(run_id)  # its slot freeing must not make this process take it back
     handed = False
     try:
-        handed = bool(
-            dbos._sys_db.reenqueue_for_recovery(run_id, [executor_id()], INTERNAL_QUEUE_NAME)
-        )
+        sys_db = dbos._sys_db
+        if batched_recovery(sys_db):
+            owner = token or _owner_of(run_id)
+            handed = _reenqueue(sys_db, executor_id(), [run_id], owner=owner) > 0
+        else:  # another DBOS release: its own call, fenced by status and executor id only
+            handed = bool(
+                sys_db.reenqueue_for_recovery(run_id, [executor_id()], INTERNAL_QUEUE_NAME)
+            )
     finally:
         if not handed and wakeups is not None:
             wakeups.release_hold(run_id)
     return handed
+
+
+def _owner_of(run_id: str) -> str | None:
+    """The ownership token `run_id` holds now (None if it has none, or no such run)."""
+    runs = system_database().tables.workflow_status
+    query = sa.select(runs.c.owner_xid).where(runs.c.workflow_uuid == run_id)
+    with system_database().engine.begin() as conn:
+        row = conn.execute(query).first()
+    return None if row is None or row[0] is None else str(row[0])
 
 
 @contextlib.asynccontextmanager
@@ -436,7 +485,13 @@ def recover_runs_of(executor_id: str) -> int:
     return len(DBOS._recover_pending_workflows([executor_id]))
 
 
-def _reenqueue(sys_db: Any, executor_id: str, run_ids: Sequence[str] | None = None) -> int:
+def _reenqueue(
+    sys_db: Any,
+    executor_id: str,
+    run_ids: Sequence[str] | None = None,
+    *,
+    owner: str | None = None,
+) -> int:
     """DBOS's recovery of `executor_id`'s PENDING runs (all of them, in batches of
     `RECOVERY_BATCH` runs per statement; or those of `run_ids`, in one statement) instead of one
     transaction per run; returns how many went back on a queue.
@@ -446,7 +501,8 @@ def _reenqueue(sys_db: Any, executor_id: str, run_ids: Sequence[str] | None = No
     cleared). Without `run_ids` it takes the runs DBOS's `get_pending_workflows` selects (this
     executor, this application version and name): only for a dead executor, which starts no run
     meanwhile. The `executor_id` condition keeps it idempotent like DBOS's: a run that a live
-    process has dequeued since carries that process's id and is left alone.
+    process has dequeued since carries that process's id and is left alone. `owner` (with
+    `run_ids`): only runs still owned by the execution holding that token (see `hand_back`).
     """
     from dbos._utils import INTERNAL_QUEUE_NAME, GlobalParams
 
@@ -468,6 +524,8 @@ def _reenqueue(sys_db: Any, executor_id: str, run_ids: Sequence[str] | None = No
         with sys_db.engine.begin() as conn:
             return int(conn.execute(statement).rowcount)
 
+    if owner is not None:
+        pending = sa.and_(pending, runs.c.owner_xid == owner)
     if run_ids is not None:  # the caller batches them (`_recover_own_runs`)
         return reenqueue(list(run_ids))
     of_this_app = sa.and_(
@@ -570,19 +628,37 @@ def on_dbos_loop(coroutine: Coroutine[Any, Any, T]) -> T:
     return result
 
 
+def drain(timeout: float | None) -> list[str]:
+    """Begin stopping: take no more runs, begin no new step, and wait up to `timeout` seconds
+    (None: for good) for the steps running here to finish and be recorded (see `_drain`).
+    Returns the steps still in flight (empty: none; `shutdown` may then hand every run over).
+    Heartbeats go on meanwhile, so no other process takes this one's runs."""
+    own = _ownership
+    if own is not None:
+        own.stopping()
+    _drain.close()
+    _drain.wait_idle(timeout)
+    return _drain.in_flight()
+
+
 def shutdown() -> None:
-    """Stop the DBOS instance this library launched (tests, or switching databases); the
-    process is marked stopped, so other processes take over its unfinished runs at once."""
+    """Stop the DBOS instance this library launched (tests, or switching databases). The
+    process is marked stopped, so other processes take over its unfinished runs at once; if a
+    step is still running here, only once it is over (its heartbeats go on until then), so no
+    step ever runs in two processes at the same moment."""
     global _launched_url, _owned, _ownership
     with _lock:
         ownership, _ownership = _ownership, None
         if ownership is not None:
-            ownership.halt()
+            ownership.stopping()
         stop_watchers()
         if _owned and _instance() is not None:
             DBOS.destroy(workflow_completion_timeout_sec=0)
         if ownership is not None:
-            ownership.stop()
+            if _drain.in_flight():
+                ownership.stop_when(lambda: not _drain.in_flight())
+            else:
+                ownership.stop()
         _owned = False
         _launched_url = None
         with _taken_lock:

@@ -46,18 +46,20 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..errors import DurableSwarmError
+from ..errors import DurableSwarmError, ExecutorIdInUseError
 from ._database import create_engine, describe_fault, display_url
 
 __all__ = [
     "DEAD_AFTER_ENV",
     "DEFAULT_HEARTBEAT_INTERVAL",
     "HEARTBEAT_ENV",
+    "ON_TAKEN_ENV",
     "PROCESSES_TABLE",
     "Ownership",
     "ProcessRegistry",
     "ProcessRow",
     "new_executor_id",
+    "on_taken_policy",
     "timing",
 ]
 
@@ -125,6 +127,22 @@ def timing(
     return beat, dead
 
 
+ON_TAKEN_ENV = "DURABLE_SWARM_ON_EXECUTOR_ID_TAKEN"
+ON_TAKEN = ("error", "fresh", "wait")
+
+
+def on_taken_policy(value: str | None) -> str:
+    """What a process does when a live process may hold its executor id: the argument, else
+    `DURABLE_SWARM_ON_EXECUTOR_ID_TAKEN`, else "error" (see `ProcessRegistry.register`)."""
+    policy = value or os.environ.get(ON_TAKEN_ENV) or "error"
+    if policy not in ON_TAKEN:
+        raise DurableSwarmError(
+            f"on_executor_id_taken must be one of {', '.join(ON_TAKEN)}, not {policy!r} (check "
+            f"the argument, --on-executor-id-taken, or {ON_TAKEN_ENV})."
+        )
+    return policy
+
+
 def _back(count: int) -> str:
     """What a takeover did with a dead process's `count` unfinished runs, in words."""
     if count == 0:
@@ -159,12 +177,15 @@ def _machine() -> str:
 
 
 def _pid_start(pid: int) -> str | None:
-    """The start time of process `pid` (Linux: clock ticks since boot; "" where unknown), or
-    None if it does not exist or has exited (a zombie)."""
-    if os.path.isdir("/proc/self"):
-        stat = _read(f"/proc/{pid}/stat")
-        if not stat:
-            return None
+    """The start time of process `pid` (Linux: clock ticks since boot; "" where it cannot be
+    read), or None only if it is known not to exist or to have exited (a zombie).
+
+    `/proc/<pid>/stat` gives the start time (so a reused pid is not taken for the old process).
+    Where it cannot be read (another user's process under `hidepid=2` or systemd's
+    `ProtectProc=invisible`, or no `/proc`), `kill(pid, 0)` decides: no such process is gone,
+    EPERM means alive; a process that cannot be checked is then judged by its heartbeat."""
+    stat = _read(f"/proc/{pid}/stat")
+    if stat:
         fields = stat.rsplit(")", 1)[-1].split()
         return None if fields[0] in ("Z", "X") else fields[19]
     try:
@@ -172,7 +193,9 @@ def _pid_start(pid: int) -> str | None:
     except ProcessLookupError:
         return None
     except PermissionError:
-        pass
+        pass  # alive, another user's
+    except OSError:
+        pass  # cannot tell: its heartbeat decides
     return ""
 
 
@@ -192,6 +215,7 @@ class ProcessRow:
     machine: str = ""
     pid: int = 0
     pid_start: str = ""
+    host: str = ""
 
     def exited(self) -> bool:
         """Whether this row's process ran on this machine and has exited."""
@@ -291,14 +315,21 @@ class ProcessRegistry:
     def _rows(self, where: str, **params: Any) -> list[ProcessRow]:
         query = sa.text(
             f"SELECT executor_id, incarnation, heartbeat_at, claimed_by, "
-            f"{self._now} - heartbeat_at AS age_ms, machine, pid, pid_start "
+            f"{self._now} - heartbeat_at AS age_ms, machine, pid, pid_start, host "
             f"FROM {PROCESSES_TABLE} WHERE {where}"
         )
         with self._engine.begin() as conn:
             return [ProcessRow(*row) for row in conn.execute(query, params)]
 
-    def register(self, wait: Callable[[float], bool]) -> None:
-        """Write this process's row (taking over a stale one of the same executor id).
+    def register(self, wait: Callable[[float], bool], on_taken: str = "error") -> None:
+        """Write this process's row, taking the executor id over only from a process known to
+        be dead: one marked stopped, gone from this machine, or silent for `dead_after`.
+
+        A row of another process that beat within `dead_after` and is not known to have
+        exited may be a live process: its heartbeat is watched, and once it beats again
+        (it lives), `on_taken` decides: "error" raises `ExecutorIdInUseError`, "wait" waits
+        until it stops or dies. ("fresh" raises at once, before that proof: the caller takes
+        a fresh id.) A process that stays silent is dead once its silence reaches `dead_after`.
 
         If another process is recovering this executor id's runs right now (a fresh claim on
         the row), waits until it is done, so this process's own recovery at launch and the
@@ -315,6 +346,8 @@ class ProcessRegistry:
             "pid_start": _pid_start(os.getpid()) or "",
             "inc": self.incarnation,
         }
+        seen: tuple[str, int] | None = None  # a holder's (incarnation, heartbeat) first read
+        said = False
         while True:
             found = self._rows("executor_id = :me", me=self.executor_id)
             if not found:
@@ -336,6 +369,33 @@ class ProcessRegistry:
                 if wait(0.2):
                     return
                 continue
+            if self._may_live(row):
+                beat = (row.incarnation, row.heartbeat_at)
+                if on_taken == "fresh" or (seen is not None and beat != seen):
+                    if on_taken != "wait":
+                        raise ExecutorIdInUseError(
+                            self.executor_id, host=row.host, pid=row.pid,
+                            heartbeat_age=max(0, row.age_ms) / 1000,
+                        )  # fmt: skip
+                    if not said:
+                        logger.warning(
+                            "durable-swarm: executor id %r is in use by a live process (host "
+                            "%r, pid %s); waiting for it to stop",
+                            self.executor_id, row.host, row.pid,
+                        )  # fmt: skip
+                        said = True
+                if seen is None and on_taken != "fresh":
+                    logger.warning(
+                        "durable-swarm: executor id %r was last used by host %r, pid %s (heard "
+                        "from %.1f s ago); starting once it is known dead (silent for %g s) or "
+                        "refusing if it beats again",
+                        self.executor_id, row.host, row.pid, max(0, row.age_ms) / 1000,
+                        self.dead_after_ms / 1000,
+                    )  # fmt: skip
+                seen = beat
+                if wait(0.2):
+                    return
+                continue
             claimed = "claimed_by IS NULL" if row.claimed_by is None else "claimed_by = :by"
             taken = self._execute(
                 f"UPDATE {PROCESSES_TABLE} SET incarnation = :inc, kind = :kind, queue = :queue,"
@@ -352,6 +412,18 @@ class ProcessRegistry:
             if taken == 1:
                 self._remember_heartbeat()
                 return
+
+    def _may_live(self, row: ProcessRow) -> bool:
+        """Whether the process of `row` (another incarnation of this executor id) may be
+        alive: not marked stopped, not claimed, heard from within `dead_after`, not known
+        to have exited."""
+        return (
+            row.incarnation != self.incarnation
+            and row.claimed_by is None
+            and row.heartbeat_at != 0
+            and row.age_ms <= self.dead_after_ms
+            and not row.exited()
+        )
 
     def _remember_heartbeat(self) -> None:
         found = self._rows("executor_id = :me", me=self.executor_id)
@@ -468,12 +540,14 @@ class ProcessRegistry:
 
     def pending_of(
         self, executor_id: str, application_version: str, *, untouched_for: float = 0.0
-    ) -> list[str]:
-        """The ids of the PENDING runs of `executor_id` (of `application_version`) whose status
-        row has not changed for `untouched_for` seconds (by the database's clock; DBOS stamps a
-        run's row when it starts or is taken from a queue)."""
+    ) -> list[tuple[str, str | None]]:
+        """`(run id, ownership token)` of the PENDING runs of `executor_id` (of
+        `application_version`) whose status row has not changed for `untouched_for` seconds
+        (by the database's clock; DBOS stamps a run's row when it starts or is taken from a
+        queue). The token is that of the execution that owns the run (see
+        `_dbos.hand_back`)."""
         query = sa.text(
-            f"SELECT workflow_uuid FROM {self._runs_table} WHERE status = 'PENDING' "
+            f"SELECT workflow_uuid, owner_xid FROM {self._runs_table} WHERE status = 'PENDING' "
             "AND executor_id = :me AND application_version = :version "
             f"AND COALESCE(updated_at, created_at) <= {self._now} - :quiet_ms"
         )
@@ -483,7 +557,7 @@ class ProcessRegistry:
                 "version": application_version,
                 "quiet_ms": int(untouched_for * 1000),
             }
-            return [row[0] for row in conn.execute(query, params)]
+            return [(row[0], row[1]) for row in conn.execute(query, params)]
 
     def orphans(self, application_version: str) -> list[str]:
         """Executor ids that own PENDING runs (of `application_version`) but have no row: no
@@ -509,7 +583,8 @@ class Ownership:
     `register()` writes the row (before DBOS launches, so DBOS's own recovery at launch and a
     claimer's never overlap); `start(recover)` starts the heartbeat thread once DBOS runs, with
     `recover(executor_id) -> count` putting a dead executor's runs back on their queues, and
-    `running() -> run ids` / `hand_back(run_id) -> bool` to give back the runs this process owns
+    `running() -> run ids` / `hand_back(run_id, token) -> bool` to give back the runs this
+    process owns (only while the execution holding `token` still owns each)
     but no longer runs (an execution that ended on a database error: read-only file, full disk,
     locked database, lost connection); `stop()`
     ends the thread and marks the process stopped. `confirmed()` says whether this process may
@@ -528,8 +603,11 @@ class Ownership:
         dead_after: float,
         application_version: str,
         say: Callable[[str], None] | None = None,
+        on_executor_id_taken: str | None = None,
     ) -> None:
         self.executor_id = executor_id
+        self.on_taken = on_taken_policy(on_executor_id_taken)
+        self._launched = False  # DBOS runs under `executor_id`: it can no longer change
         self.heartbeat_interval = heartbeat_interval
         self.dead_after = dead_after
         self.registry = ProcessRegistry(
@@ -544,16 +622,37 @@ class Ownership:
         self._connected_since: float | None = None
         self._recover: Callable[[str], int] | None = None
         self._running: Callable[[], list[str]] = list
-        self._hand_back: Callable[[str], bool] = bool
-        self._stalled: set[str] = set()
+        self._hand_back: Callable[[str, str | None], bool] = lambda run_id, token: False
+        self._stalled: set[tuple[str, str | None]] = set()
         self._heal_skips = 0  # heartbeats left before `_heal` looks again (see there)
         self._failing = False
         self._last_beat: float | None = None
+        self._stopping = False
         self.lost = 0  # how many times this process found itself taken for dead
 
     def confirmed(self) -> bool:
         """Whether this process's ownership is confirmed (see the class docs)."""
-        return time.monotonic() < self._confirmed_until
+        return not self._stopping and time.monotonic() < self._confirmed_until
+
+    def stopping(self) -> None:
+        """The process is stopping: it takes no more queue work and no dead process's runs,
+        while its heartbeats go on, so nobody takes its runs while its steps finish (then
+        `stop`, or `stop_when`, marks it stopped)."""
+        self._stopping = True
+        self._confirmed_until = 0.0
+
+    def stop_when(self, idle: Callable[[], bool], poll: float = 0.05) -> None:
+        """`stopping`, then `stop` once `idle()` is true (checked every `poll` seconds, in a
+        daemon thread): the heartbeats go on until then, so a step still running here is never
+        run by another process at the same moment."""
+        self.stopping()
+
+        def retire() -> None:
+            while not idle():
+                time.sleep(poll)
+            self.stop()
+
+        threading.Thread(target=retire, name="durable-swarm-retire", daemon=True).start()
 
     def _confirm(self, since: float) -> None:
         # Others take this process for dead only once its heartbeat (written after `since`) is
@@ -563,10 +662,29 @@ class Ownership:
         if self._connected_since is None:
             self._connected_since = since
 
-    def register(self, wait: Callable[[float], bool] | None = None) -> None:
-        """Write this process's row (see `ProcessRegistry.register`)."""
+    def register(
+        self, wait: Callable[[float], bool] | None = None, *, fixed_id: bool = False
+    ) -> None:
+        """Write this process's row (see `ProcessRegistry.register`). With
+        `on_executor_id_taken="fresh"`, an executor id that a live process may hold is
+        replaced by a fresh one (`<id>-<random>`, in `executor_id`), said on `say`; not once
+        DBOS runs under it (`fixed_id`, or after `start`): then it is refused."""
         since = time.monotonic()
-        self.registry.register(wait or self._stop.wait)
+        fixed = fixed_id or self._launched
+        policy = "error" if fixed and self.on_taken == "fresh" else self.on_taken
+        try:
+            self.registry.register(wait or self._stop.wait, policy)
+        except ExecutorIdInUseError as e:
+            if self.on_taken != "fresh" or fixed:
+                raise
+            fresh = f"{self.executor_id}-{uuid.uuid4().hex[:6]}"
+            self._say(
+                f"executor id {self.executor_id!r} may be in use by a live process (host "
+                f"{e.host!r}, pid {e.pid}, heartbeat {e.heartbeat_age:.1f} s ago); taking the "
+                f"fresh id {fresh!r}"
+            )
+            self.executor_id = self.registry.executor_id = fresh
+            self.registry.register(wait or self._stop.wait, "error")
         self._confirm(since)
         self._last_beat = since
 
@@ -574,10 +692,11 @@ class Ownership:
         self,
         recover: Callable[[str], int],
         running: Callable[[], list[str]],
-        hand_back: Callable[[str], bool],
+        hand_back: Callable[[str, str | None], bool],
     ) -> None:
         """Start heartbeats and the watch for dead processes (one sweep right away)."""
         self._recover, self._running, self._hand_back = recover, running, hand_back
+        self._launched = True
         self._thread = threading.Thread(
             target=self._watch, name="durable-swarm-heartbeat", daemon=True
         )
@@ -595,6 +714,12 @@ class Ownership:
                     self._taken_for_dead()
                 self._take_over()
                 self._heal()
+            except ExecutorIdInUseError as e:
+                # Taken for dead, and another live process now holds this executor id (a
+                # restart of this one): two processes must never serve under one id.
+                self.stopping()
+                self._say(f"{e} This process takes no more runs.")
+                return
             except Exception as e:  # the database may be unreachable for a while: try again
                 if not self._failing:
                     self._say(
@@ -639,6 +764,8 @@ class Ownership:
         self.lost += 1
         self._confirmed_until = 0.0
         self._connected_since = None
+        if self._stopping:
+            return  # its runs went to another process: nothing left to hand over or serve
         self._say(
             f"executor {self.executor_id!r} was taken for dead (no heartbeat for over "
             f"{self.dead_after} s: paused, overloaded or cut off from the database); its runs "
@@ -649,6 +776,8 @@ class Ownership:
 
     def _take_over(self) -> None:
         assert self._recover is not None
+        if self._stopping:
+            return  # a stopping process takes nobody's runs (it would not run them)
         connected = self._connected_since
         # Judge others by their heartbeats only after being connected for `dead_after` (if all
         # were cut off together, the others need that long to beat again).
@@ -698,13 +827,16 @@ class Ownership:
         # to start when the process is busy (thousands of runs recovered at once): `running`
         # counts such runs too, and only a run whose row is `dead_after` old counts here (a
         # second execution beside the first, in this process, would run its next step twice).
+        # A run counts as stalled only if the same execution (its ownership token) owned it at
+        # both looks, and goes back only while that execution still owns it.
         owned = set(
             self.registry.pending_of(self.executor_id, self._version, untouched_for=self.dead_after)
         )
-        stalled = owned - set(self._running())
+        running = set(self._running())
+        stalled = {(run_id, token) for run_id, token in owned if run_id not in running}
         again, self._stalled = stalled & self._stalled, stalled
         self._heal_skips = 0 if stalled else min(HEAL_MAX_SKIPS, len(owned) // HEAL_RUNS_PER_BEAT)
-        count = sum(1 for run_id in sorted(again) if self._hand_back(run_id))
+        count = sum(1 for run_id, token in sorted(again, key=str) if self._hand_back(run_id, token))
         self._stalled -= again
         if count:
             self._say(

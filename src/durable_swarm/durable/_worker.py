@@ -12,6 +12,7 @@ ownership is not confirmed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -24,11 +25,11 @@ from dbos import DBOS
 
 from .. import _registry
 from ..errors import DurableSwarmError
-from . import _dbos
+from . import _dbos, _drain
 from ._client import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, DEFAULT_SHUTDOWN_GRACE
 from ._database import display_url, resolve_database_url
 from ._imports import is_model_client, load_target
-from ._ownership import new_executor_id, timing
+from ._ownership import new_executor_id, on_taken_policy, timing
 from ._swarm import DurableSwarm
 from ._workflow import HOST
 
@@ -50,6 +51,7 @@ class Worker:
         dead_after: float | None = None,
         poll_interval: float = 0.5,
         out: TextIO | None = None,
+        on_executor_id_taken: str | None = None,
     ) -> None:
         if not queue:
             raise DurableSwarmError("A worker needs a queue name (--queue NAME).")
@@ -64,6 +66,7 @@ class Worker:
         self.concurrency = concurrency
         self.heartbeat_interval, self.dead_after = timing(heartbeat_interval, dead_after)
         self.poll_interval = poll_interval
+        self.on_executor_id_taken = on_taken_policy(on_executor_id_taken)
         self._database_url = database_url
         self._executor_id = executor_id
         self.database_url = ""
@@ -74,6 +77,7 @@ class Worker:
         self._closed = False
         self._exit_grace: float | None = None  # see run_worker's shutdown_grace
         self._returned = False  # run_worker has returned
+        self._drained = False  # stopped with no step in flight (see `_exit_after`)
 
     def _say(self, text: str) -> None:
         print(f"durable-swarm worker: {text}", file=self._out, flush=True)
@@ -121,8 +125,10 @@ class Worker:
             heartbeat_interval=self.heartbeat_interval,
             dead_after=self.dead_after,
             say=self._say,
+            on_executor_id_taken=self.on_executor_id_taken,
         )
         self._launched = True
+        self.executor_id = _dbos.executor_id()  # a fresh one if the one asked for was taken
         self._print_run_events()
         self._register_queue()
         agents = ", ".join(sorted(_registry._agents)) or "none"
@@ -165,16 +171,46 @@ class Worker:
         self.shutdown()
 
     def shutdown(self) -> None:
-        """Stop DBOS and the heartbeat, and mark this worker stopped (safe to call twice)."""
+        """Stop serving (safe to call twice): take no more runs, begin no new step, let the
+        steps running here finish and be recorded, then stop DBOS and mark this worker
+        stopped, so live workers take its unfinished runs over at once.
+
+        Heartbeats go on until then, so no other worker takes a run whose step still runs
+        here. When the steps outlast the exit grace (`run_worker`'s `shutdown_grace`), the
+        process exits with status 1 without marking itself stopped: its runs are taken over
+        once it is gone (at once by a process on this machine, else after `dead_after`)."""
         if self._closed:
             return
         self._closed = True
         self._stop.set()
-        if self._exit_grace is not None and self._launched:
-            _exit_after(self._exit_grace, self)
+        if not self._launched:
+            _dbos.shutdown()
+            return
+        grace = self._exit_grace
+        if grace is not None:
+            _exit_after(grace, self)
+        # The steps get the grace less a moment for DBOS's own stop.
+        left = _dbos.drain(None if grace is None else max(0.0, grace - min(1.0, grace / 4)))
+        if left and grace is not None:
+            self._leave(grace, left)
+        self._drained = not left  # steps that may not begin may hold threads: `_exit_after`
         _dbos.shutdown()
-        if self._launched:
-            self._say(f"executor {self.executor_id!r} stopped")
+        self._say(f"executor {self.executor_id!r} stopped")
+
+    def _leave(self, grace: float, steps: list[str]) -> None:
+        """Exit at once with status 1: `steps` still run after `grace` seconds, and no other
+        process may take their runs while this one lives."""
+        try:
+            self._say(
+                f"shutdown did not finish within {grace:g} s: steps still running here: "
+                f"{'; '.join(steps)}. Exiting now with status 1, as a crash would, without "
+                "handing these runs over while their steps may run: a live process takes them "
+                f"over once this one is gone (a process on this machine at once, others after "
+                f"{self.dead_after:g} s), or this worker resumes them when restarted with the "
+                f"same --executor-id. Set --shutdown-grace above your longest tool."
+            )
+        finally:
+            os._exit(1)
 
 
 def _exiting() -> bool:
@@ -183,6 +219,12 @@ def _exiting() -> bool:
     return bool(getattr(threading, "_SHUTTING_DOWN", False)) or not (
         threading.main_thread().is_alive()
     )
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe: nothing more can be said
+            stream.flush()
 
 
 def _exit_after(grace: float, worker: Worker) -> None:
@@ -195,7 +237,13 @@ def _exit_after(grace: float, worker: Worker) -> None:
     deadline = time.monotonic() + grace
 
     def force() -> None:
-        time.sleep(max(0.0, deadline - time.monotonic()))
+        while time.monotonic() < deadline:
+            if worker._drained and worker._returned and _exiting() and _drain.parked():
+                # Stopped cleanly; only steps that were never to begin hold threads, which
+                # the interpreter's exit would wait for in vain.
+                _flush()
+                os._exit(0)
+            time.sleep(0.05)
         # Just returned, the exit may be about to begin: look for a second before giving up.
         for _ in range(20):
             if not worker._returned or _exiting():
@@ -203,6 +251,9 @@ def _exit_after(grace: float, worker: Worker) -> None:
             time.sleep(0.05)
         else:
             return  # run_worker returned and the program goes on: not a stop that hangs
+        if worker._drained and worker._returned and _drain.parked():
+            _flush()
+            os._exit(0)
         left = ", ".join(running) or "none"
         try:
             worker._say(
@@ -232,6 +283,7 @@ def run_worker(
     poll_interval: float = 0.5,
     out: TextIO | None = None,
     shutdown_grace: float | None = DEFAULT_SHUTDOWN_GRACE,
+    on_executor_id_taken: str | None = None,
 ) -> None:
     """Serve durable runs from `queue` until SIGTERM or SIGINT (`durable-swarm worker`).
 
@@ -252,7 +304,14 @@ def run_worker(
             `DurableSwarm`'s: `DURABLE_SWARM_DATABASE_URL`, `DBOS_SYSTEM_DATABASE_URL`, then
             `durable_swarm.sqlite`). Workers on several machines need PostgreSQL.
         executor_id: this worker's DBOS executor id; default `worker-<host>-<pid>-<random>`.
-            Pin it to have a restarted worker resume its own unfinished runs at once.
+            Pin it to have a restarted worker resume its own unfinished runs at once. An id
+            is only ever taken over from a dead holder (stopped, gone from this machine, or
+            silent for `dead_after`); see `on_executor_id_taken`.
+        on_executor_id_taken: what to do when another live process holds `executor_id`
+            (it beats again while this one looks): "error" raises `ExecutorIdInUseError`
+            naming it (host, pid, last heartbeat), "fresh" takes the id `<id>-<random>`,
+            "wait" starts once it has stopped or died. Default
+            `DURABLE_SWARM_ON_EXECUTOR_ID_TAKEN`, else "error".
         heartbeat_interval: seconds between heartbeats (and looks for dead processes);
             default `DURABLE_SWARM_HEARTBEAT_INTERVAL`, else 5.
         dead_after: seconds without a heartbeat after which a process counts as dead and its
@@ -260,11 +319,16 @@ def run_worker(
         poll_interval: seconds between looks at the queue for new runs.
         out: where status lines go (default stdout).
         shutdown_grace: seconds the process may take to stop once asked to, its exit
-            included if it exits then; past them (a run's step still running, or the database
-            unreachable, whose calls DBOS retries for good) it prints the runs it leaves and
-            exits with status 1 (`os._exit`), as a crash would: they stay in the database and
-            are finished elsewhere or on restart. A program that goes on after this function
-            returns is not ended. Only when serving from the main thread; None waits for good.
+            included if it exits then. Stopping, it takes no new run and begins no new step;
+            the steps running here finish and are recorded, heartbeats going on meanwhile
+            (no other process takes these runs), then it marks itself stopped and live
+            workers take its unfinished runs at once. Past the grace (a step still running,
+            or the database unreachable, whose calls DBOS retries for good) it prints the
+            steps it leaves and exits with status 1 (`os._exit`) without marking itself
+            stopped: their runs are taken over once the process is gone, never while a step
+            may run. Set it above your longest tool. A program that goes on after this
+            function returns is not ended. Only when serving from the main thread; None
+            waits for good.
 
     Raises `DurableSwarmError` for a bad target or setting, and `DatabaseUnavailableError` when
     the database cannot be opened. A worker taken for dead (paused or cut off for longer than
@@ -286,6 +350,7 @@ def run_worker(
         dead_after=dead_after,
         poll_interval=poll_interval,
         out=out,
+        on_executor_id_taken=on_executor_id_taken,
     )
     in_main = threading.current_thread() is threading.main_thread()
     worker._exit_grace = shutdown_grace if in_main else None  # the process is the worker's

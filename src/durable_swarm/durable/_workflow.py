@@ -64,7 +64,7 @@ from ..tools import (
     unknown_tool,
 )
 from ..usage import Budget, Tally, call_cost
-from . import _dbos
+from . import _dbos, _drain
 from ._database import describe_fault, display_url, transient_fault
 from ._dbos import executor_for_tool, note_tool_time
 from ._failures import DEFAULT_MODEL_RETRIES, model_failure, without_retries
@@ -191,7 +191,8 @@ class RunHost:
                         await asyncio.to_thread(self._clear_notice, run_id)
                         raise DBOSWorkflowCancelledError(f"Run {run_id} was cancelled") from e
                     handing = now - since >= HAND_BACK_SECONDS and _dbos.ownership() is not None
-                    if handing and await asyncio.to_thread(_dbos.hand_back, run_id):
+                    token = _dbos.execution_token(run_id)  # this execution's, fenced
+                    if handing and await asyncio.to_thread(_dbos.hand_back, run_id, token):
                         self.problems.pop(run_id, None)
                         raise DBOSWorkflowConflictIDError(run_id) from e
                 await asyncio.sleep(0.2)
@@ -410,6 +411,7 @@ class DurableRuntime:
         step: list[int | None] = []
 
         what = f"The model client of agent {sender!r}"
+        gate = _drain.Admission(f"run {self.run_id}, step 'model:{sender}'")
 
         def output_of(completion: Any, span: Any) -> dict[str, Any]:
             message = model.completion_message(completion, sender, run_id=self.run_id)
@@ -420,6 +422,7 @@ class DurableRuntime:
 
         # The span is made inside the step: a step replayed from the log makes none.
         async def model_step() -> dict[str, Any]:
+            await gate.aenter()  # a stopping process begins no new step (`_drain`)
             step[:] = [DBOS.step_id]
             with tracing.chat(self.trace, effect.request) as span, user_code(self.run_id, what):
                 if effect.request.get("stream"):
@@ -430,6 +433,7 @@ class DurableRuntime:
                 return output_of(completion, span)
 
         def sync_model_step() -> dict[str, Any]:
+            gate.enter()
             step[:] = [DBOS.step_id]
             with tracing.chat(self.trace, effect.request) as span, user_code(self.run_id, what):
                 completion = model.create(
@@ -458,6 +462,8 @@ class DurableRuntime:
             if failure is e:
                 raise
             raise failure from None
+        finally:
+            gate.leave()  # recorded (or failed): no longer in flight
         self.tally.add(sender, call_usage(output))
         message: dict[str, Any] = output["message"]
         return message
@@ -556,9 +562,14 @@ class DurableRuntime:
 
     async def alist_tools(self, effect: ListTools) -> list[dict[str, Any]]:
         """A tool list, recorded as a step: replays see the list the run first met."""
-        listing: list[dict[str, Any]] = await DBOS.run_step_async(
-            {"name": f"tools:{effect.source.name}"}, effect.source.alist_tools
-        )
+        name = f"tools:{effect.source.name}"
+
+        async def list_step() -> list[dict[str, Any]]:
+            await gate.aenter()  # a stopping process begins no new step (`_drain`)
+            return await effect.source.alist_tools()
+
+        with _drain.step(self.run_id, name) as gate:
+            listing: list[dict[str, Any]] = await DBOS.run_step_async({"name": name}, list_step)
         return listing
 
     async def acall_tool(self, effect: ToolCall) -> ToolOutcome:
@@ -596,9 +607,11 @@ class DurableRuntime:
             return payload
 
         what, context = f"Tool {name!r}", effect.context_variables
+        gate = _drain.Admission(f"run {self.run_id}, step 'tool:{name}'")
 
         # Spans are made inside the steps: a step replayed from the log makes none.
         async def tool_step() -> dict[str, Any]:
+            await gate.aenter()  # a stopping process begins no new step (`_drain`)
             key, before = f"{self.run_id}:{DBOS.step_id}", context_snapshot(context)
             with user_code(self.run_id, what), tracing.tool(self.trace, effect.call) as span:
                 outcome = await execute_tool_async(
@@ -608,6 +621,7 @@ class DurableRuntime:
             return payload_of(outcome, before)
 
         def sync_tool_step() -> dict[str, Any]:
+            gate.enter()
             key, before = f"{self.run_id}:{DBOS.step_id}", context_snapshot(context)
             with user_code(self.run_id, what), tracing.tool(self.trace, effect.call) as span:
                 started = time.perf_counter()
@@ -617,10 +631,13 @@ class DurableRuntime:
             return payload_of(outcome, before)
 
         options: StepOptions = {"name": f"tool:{name}"}
-        if inspect.iscoroutinefunction(function):
-            output = await DBOS.run_step_async(options, tool_step)
-        else:  # a sync tool: checked, run and recorded in one thread, as a sync DBOS step
-            output = await sync_step(options, sync_tool_step, executor_for_tool(function))
+        try:
+            if inspect.iscoroutinefunction(function):
+                output = await DBOS.run_step_async(options, tool_step)
+            else:  # a sync tool: checked, run and recorded in one thread, as a sync DBOS step
+                output = await sync_step(options, sync_tool_step, executor_for_tool(function))
+        finally:
+            gate.leave()  # recorded (or failed): no longer in flight
         target = await decode_target(self.run_id, output.get("handoff"))
         context = context_after(effect.context_variables, output)
         if isinstance(output.get("step"), int):
@@ -815,9 +832,10 @@ async def _handed_back_after_fault(run_id: str) -> bool:
     to hand back (another process took it over, or it was cancelled); False if DBOS stopped
     here meanwhile (the run is then recovered like any other)."""
     delay = 0.5
+    token = _dbos.execution_token(run_id)  # moves the run only while this execution owns it
     while _dbos.launched_url() is not None:
         try:
-            await asyncio.to_thread(_dbos.hand_back, run_id)
+            await asyncio.to_thread(_dbos.hand_back, run_id, token)
             return True
         except sa.exc.DBAPIError:
             await asyncio.sleep(delay)  # the fault is still there
