@@ -9,7 +9,7 @@ DURABLE_SWARM_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
 export DURABLE_SWARM_TEST_POSTGRES_URL
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test test-faults lint typecheck pytest browser fuse valgrind bench bench-quick clean
+.PHONY: demo test test-faults test-chaos lint typecheck pytest browser fuse valgrind bench bench-quick clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,12 @@ pytest: $(STAMP) browser
 # missing and running as root; otherwise that test skips and says why (fails under CI).
 test-faults: $(STAMP) fuse
 	$(BIN)/pytest -q -m faults tests/faults -n 2 --dist loadgroup
+
+# The fleet chaos test alone, longer (150 s of faults instead of the 30 s `test-faults` gives
+# it); DURABLE_SWARM_CHAOS_SEED picks another schedule of faults.
+test-chaos: $(STAMP)
+	DURABLE_SWARM_CHAOS_SECONDS=$${DURABLE_SWARM_CHAOS_SECONDS:-150} \
+	  $(BIN)/pytest -q -s -m faults tests/faults/test_fleet_chaos.py -o timeout=1800
 
 # The console's browser tests drive Debian's Chromium through Playwright (Playwright's own
 # browser download needs the network). Installed here when missing and running as root;

@@ -17,14 +17,18 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 os.environ.setdefault("DURABLE_SWARM_LOG_LEVEL", "ERROR")
 
 from _support import procs
+from _support.db import drop_database, new_database_name, with_database
 from _support.logs import read_lines
 from durable_swarm.testing import FakeOpenAIServer, Fault, Reply, ToolCall, calls, text
+
+from ._proxy import TcpProxy
 
 HERE = Path(__file__).resolve().parent
 TIMEOUT = procs.TIMEOUT
@@ -111,9 +115,15 @@ def worker_settings(database_url: str, queue: str, beat: float, dead: float) -> 
 
 
 def step_lines(work_dir: Path) -> list[tuple[str, str, int]]:
-    """`(start|end, tag, pid)` for every line the `step` tool wrote."""
-    lines = read_lines(work_dir / "step.log")
-    return [(kind, tag, int(pid)) for kind, tag, pid in (line.split() for line in lines)]
+    """`(start|tick|end, tag, pid)` for every line the `step` tool wrote."""
+    return [(kind, tag, pid) for kind, tag, pid, _ in timed_step_lines(work_dir)]
+
+
+def timed_step_lines(work_dir: Path) -> list[tuple[str, str, int, float]]:
+    """`(start|tick|end, tag, pid, time.time())` for every line the `step` tool wrote."""
+    parts = [line.split() for line in read_lines(work_dir / "step.log")]
+    # (a last line still being written is left for the next read)
+    return [(p[0], p[1], int(p[2]), float(p[3])) for p in parts if len(p) == 4]
 
 
 def overlaps(work_dir: Path) -> list[str]:
@@ -195,3 +205,17 @@ def start(
         yield lambda name, script, isolated=False, **config: begin(
             name, script, config, isolated=isolated
         )
+
+
+@pytest.fixture
+def cut_database(postgres_base_url: str) -> Iterator[tuple[str, str, TcpProxy]]:
+    """`(direct URL, URL through the proxy, proxy)` of a new PostgreSQL database."""
+    name = new_database_name("dswarm_faults", "cut")
+    parts = urlsplit(postgres_base_url)
+    proxy = TcpProxy(parts.port or 5432, parts.hostname or "127.0.0.1")
+    through = parts._replace(netloc=f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}")
+    try:
+        yield with_database(postgres_base_url, name), with_database(through.geturl(), name), proxy
+    finally:
+        proxy.close()
+        drop_database(postgres_base_url, name)

@@ -14,7 +14,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 import sqlalchemy as sa
@@ -75,20 +74,6 @@ def _in_tools(
     wait_for(lambda: all(starts(work_dir, t) == 1 for t in tags), "every run in its tool",
              procs=workers)  # fmt: skip
     return runs
-
-
-@pytest.fixture
-def cut_database(postgres_base_url: str) -> Iterator[tuple[str, str, TcpProxy]]:
-    """`(direct URL, URL through the proxy, proxy)` of a new PostgreSQL database."""
-    name = new_database_name("dswarm_faults", "cut")
-    parts = urlsplit(postgres_base_url)
-    proxy = TcpProxy(parts.port or 5432, parts.hostname or "127.0.0.1")
-    through = parts._replace(netloc=f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}")
-    try:
-        yield with_database(postgres_base_url, name), with_database(through.geturl(), name), proxy
-    finally:
-        proxy.close()
-        drop_database(postgres_base_url, name)
 
 
 def test_workers_cut_off_together_declare_nobody_dead_and_finish_every_run(

@@ -21,13 +21,14 @@ import threading
 import time
 from typing import Any, TextIO
 
+import sqlalchemy as sa
 from dbos import DBOS
 
 from .. import _registry
-from ..errors import DurableSwarmError
+from ..errors import DatabaseUnavailableError, DurableSwarmError
 from . import _dbos, _drain
 from ._client import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, DEFAULT_SHUTDOWN_GRACE
-from ._database import display_url, resolve_database_url
+from ._database import describe_fault, display_url, resolve_database_url
 from ._imports import is_model_client, load_target
 from ._ownership import new_executor_id, on_taken_policy, timing
 from ._swarm import DurableSwarm
@@ -130,7 +131,11 @@ class Worker:
         self._launched = True
         self.executor_id = _dbos.executor_id()  # a fresh one if the one asked for was taken
         self._print_run_events()
-        self._register_queue()
+        try:
+            self._register_queue()
+        except sa.exc.DBAPIError as e:  # the database went away just after the launch
+            cause = describe_fault(e, self.database_url)
+            raise DatabaseUnavailableError(display_url(self.database_url), cause) from e
         agents = ", ".join(sorted(_registry._agents)) or "none"
         self._say(
             f"serving queue {self.queue!r} on {display_url(self.database_url)} as executor "
