@@ -1,16 +1,20 @@
 """`ShellTool`: a command run in a workspace directory, with a timeout, an output cap, a scrubbed
-environment and approval by default. It is not a security sandbox (see `ShellTool`)."""
+environment and approval by default; its whole process tree is ended before it answers. It is not
+a security sandbox (see `ShellTool`)."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
+import math
 import os
+import select
 import shutil
-import signal
 import subprocess
-import threading
-from collections.abc import Collection, Mapping
+import sys
+import time
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,13 @@ from ._tool import check_tool_name
 __all__ = ["ShellTool"]
 
 _CHUNK = 65536
+# The process between the tool and each command, which ends the command's whole process tree.
+_REAPER = str(Path(__file__).with_name("_reaper.py"))
+# After the command exits, how long its output is still read while processes it left running in
+# the background hold the output pipe open; they are then killed.
+_OUTPUT_GRACE = 0.5
+# How long ending the process tree and reading the last of its output may take.
+_KILL_GRACE = 1.0
 
 
 @functools.lru_cache(maxsize=1)
@@ -47,10 +58,20 @@ class ShellTool:
 
     The model passes an argument vector (`["pytest", "-q"]`); nothing goes through a shell
     unless `shell=True`, where it passes one string run by `/bin/sh -c`. The tool answers with
-    the exit code and the output (stdout and stderr together), cut to `max_output_chars`. A
-    command still running after `timeout` seconds is killed with its whole process group, and
-    the answer says so. The command's environment is only `PATH`, `HOME` (the workspace),
-    `LANG` and `TERM`, plus `env`; stdin is empty.
+    the exit code and the output (stdout and stderr together), cut to `max_output_chars`
+    characters with a note saying how much more there was (the rest is read and counted, never
+    kept: memory stays bounded whatever the command prints). The command's environment is only
+    `PATH`, `HOME` (the workspace), `LANG` and `TERM`, plus `env`; stdin is empty.
+
+    Nothing a command starts outlives the call. Each command runs below a small runner process
+    (a Python interpreter started per call, about as costly as starting `python`) that is a
+    Linux child subreaper: every process the command starts, even one that left its process
+    group or session (`setsid`, a double fork), stays below it and is killed with SIGKILL:
+    at `timeout` (the answer then says the command timed out; it comes at most about 1 s after
+    the timeout), when the command exits (processes it left running in the background may still
+    write output for 0.5 s; the answer says how many were killed), and when the process calling
+    the tool dies. Only a process handed to a service outside the tree (e.g. `systemd-run`, `at`)
+    escapes.
 
     `needs_approval=True` (the default) pauses the run before each call until a person approves
     it (`DurableSwarm.approve`/`reject`, or `Swarm(approve_fn=...)`). Each call is a tool call
@@ -66,9 +87,10 @@ class ShellTool:
     Args:
         root: the workspace directory commands run in (must exist).
         allow: the program names the model may run (e.g. `["ls", "pytest"]`); None allows any.
-        timeout: seconds a command may run before it is killed.
+        timeout: seconds a command may run before it is killed, with every process it started.
         needs_approval: whether a person approves each command before it runs.
-        max_output_chars: the most output the model reads; the rest is cut (and counted).
+        max_output_chars: the most output characters the answer shows; the rest is counted and
+            dropped.
         env: environment variables added for the commands.
         shell: take a shell string instead of an argument vector (no `allow` then).
         sandbox: run under bubblewrap: True (required), False (never), None (when installed).
@@ -112,6 +134,11 @@ class ShellTool:
             )
         if bwrap is not None and bwrap.startswith("Error"):
             bwrap = None
+        if any("\0" in f"{k}{v}" or "=" in k or not k for k, v in (env or {}).items()):
+            raise ValueError(
+                "ShellTool(env=...) names must be non-empty without '=', and no name or value "
+                "may contain a NUL character"
+            )
         self.allow = None if allow is None else frozenset(allow)
         self.timeout = float(timeout)
         self.max_output_chars = max_output_chars
@@ -169,6 +196,8 @@ class ShellTool:
         if self.shell:
             if not isinstance(command, str) or not command.strip():
                 return "Error: command must be a non-empty string (a shell command line)."
+            if "\0" in command:
+                return "Error: the command contains a NUL character, which no command may contain."
             return ["/bin/sh", "-c", command]
         if (
             not isinstance(command, list)
@@ -179,6 +208,8 @@ class ShellTool:
                 'Error: command must be a non-empty list of strings, e.g. ["ls", "-la"] '
                 "(a program and its arguments; there is no shell)."
             )
+        if any("\0" in word for word in command):
+            return "Error: the command contains a NUL character, which no argument may contain."
         program = os.path.basename(command[0])
         if self.allow is not None and program not in self.allow:
             return (
@@ -218,52 +249,152 @@ class ShellTool:
         argv = self._argv(command)
         if isinstance(argv, str):
             return argv
+        return _Run(self, self._sandboxed(argv)).answer(argv[0])
+
+
+def _request(argv: list[str], env: Mapping[str, str], limit: float) -> bytes:
+    """What the reaper reads on its stdin: a byte length, then NUL-separated fields."""
+    fields = [repr(limit), str(len(argv)), *argv, *(f"{k}={v}" for k, v in env.items())]
+    payload = b"\0".join(os.fsencode(field) for field in fields)
+    return b"%d\n%s" % (len(payload), payload)
+
+
+class _Run:
+    """One command run through the reaper (`_reaper.py`): its output read against deadlines, its
+    whole process tree ended before the answer is given."""
+
+    def __init__(self, tool: ShellTool, argv: list[str]) -> None:
+        self.tool = tool
+        self.argv = argv
+        self.kept = bytearray()
+        self.total = 0
+        self.code: int | None = None
+        self.error: int | None = None  # errno of a command that could not be started
+        self.killed = 0
+        self.status = b""
+
+    def _ended(self) -> bool:
+        return self.code is not None or self.error is not None
+
+    def _take(self, chunk: bytes) -> None:
+        """Count every byte, keep only as many as can be shown: memory stays bounded."""
+        self.total += len(chunk)
+        room = 4 * self.tool.max_output_chars - len(self.kept)  # bytes: up to 4 per character
+        if room > 0:
+            self.kept.extend(chunk[:room])
+
+    def _parse_status(self, data: bytes) -> None:
+        *lines, self.status = (self.status + data).split(b"\n")
+        for line in lines:
+            word, _, value = line.decode().partition(" ")
+            if word == "exit":
+                self.code = int(value)
+            elif word == "error":
+                self.error = int(value)
+            elif word == "killed":
+                self.killed = int(value)
+
+    def _pump(
+        self, poller: select.poll, fds: dict[int, str], until: float, stop: Callable[[], bool]
+    ) -> None:
+        """Read output and status until `stop()`, both pipes closed, or the time `until`."""
+        while fds and not stop():
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            for fd, _ in poller.poll(max(1, math.ceil(left * 1000))):
+                data = os.read(fd, _CHUNK)
+                if fds[fd] == "status":
+                    self._parse_status(data)
+                else:
+                    self._take(data)
+                if not data:
+                    poller.unregister(fd)
+                    del fds[fd]
+
+    def answer(self, program: str) -> str:
+        tool = self.tool
+        out_r, out_w = os.pipe()
+        status_r, status_w = os.pipe()
         try:
             process = subprocess.Popen(
-                self._sandboxed(argv),
-                cwd=self.root,
-                env=self._environment(),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group, killed as a whole on timeout
+                [sys.executable, "-I", "-S", _REAPER, str(status_w)],
+                cwd=tool.root,
+                env={"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8"},
+                stdin=subprocess.PIPE,
+                stdout=out_w,
+                stderr=out_w,
+                pass_fds=(status_w,),
+                start_new_session=True,  # signals meant for this process never reach the command
             )
-        except FileNotFoundError:
-            return f"Error: program {argv[0]!r} was not found on PATH."
         except OSError as e:
-            return f"Error: cannot run {argv[0]!r}: {e}."
-        kept = bytearray()
-        total = [0]
-
-        def read() -> None:
-            assert process.stdout is not None
-            while chunk := process.stdout.read(_CHUNK):
-                total[0] += len(chunk)
-                room = 4 * self.max_output_chars - len(kept)  # bytes: up to 4 per character
-                if room > 0:
-                    kept.extend(chunk[:room])
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
+            for fd in (out_r, out_w, status_r, status_w):
+                os.close(fd)
+            return f"Error: cannot run {program!r}: the shell tool could not start ({e})."
+        os.close(out_w)
+        os.close(status_w)
+        deadline = time.monotonic() + tool.timeout
+        fds = {out_r: "output", status_r: "status"}
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        assert process.stdin is not None
         timed_out = False
         try:
-            process.wait(self.timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        # the whole group: what the command left running in the background goes too
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        reader.join(5.0)
-        if process.stdout is not None:
-            process.stdout.close()
-        output = kept.decode("utf-8", errors="replace")
-        shown = output[: self.max_output_chars]
-        cut = len(output) - len(shown) + (total[0] - len(kept))
+            # the reaper gives up by itself well after the timeout, should this process be stuck
+            process.stdin.write(_request(self.argv, tool._environment(), tool.timeout + 10))
+            process.stdin.flush()
+            self._pump(poller, fds, deadline, self._ended)
+            timed_out = not self._ended() and "status" in fds.values()
+            if not timed_out:  # background processes holding the output get a short grace
+                grace = min(deadline, time.monotonic() + _OUTPUT_GRACE)
+                self._pump(poller, fds, grace, lambda: out_r not in fds)
+        except BrokenPipeError:  # the reaper died at once; its output says why
+            pass
+        finally:
+            # Closing the reaper's stdin ends the tree; then read what is left, and its report.
+            with contextlib.suppress(BrokenPipeError):
+                process.stdin.close()
+            end = time.monotonic() + _KILL_GRACE
+            self._pump(poller, fds, end, lambda: False)
+            try:
+                process.wait(max(0.01, end - time.monotonic()))
+            except subprocess.TimeoutExpired:  # processes stuck in the kernel: stop waiting
+                process.kill()
+                process.wait()
+            for fd in (out_r, status_r):
+                os.close(fd)
+        return self._answer(program, timed_out)
+
+    def _answer(self, program: str, timed_out: bool) -> str:
+        tool = self.tool
+        if self.error is not None:
+            if self.error == errno.ENOENT:
+                return f"Error: program {program!r} was not found on PATH."
+            return f"Error: cannot run {program!r}: {os.strerror(self.error)}."
+        output = self.kept.decode("utf-8", errors="replace")
+        shown = output[: tool.max_output_chars]
+        cut = len(output) - len(shown) + (self.total - len(self.kept))
         if cut > 0:
-            shown += f"\n[... output cut: {cut} more characters or bytes not shown]"
+            shown += (
+                f"\n[... output cut: {cut} more characters or bytes not shown; the "
+                f"{tool.__name__} tool shows at most ShellTool(max_output_chars="
+                f"{tool.max_output_chars}) characters]"
+            )
         if timed_out:
-            head = f"Error: the command timed out after {self.timeout:g} seconds and was killed."
+            head = (
+                f"Error: the command timed out after {tool.timeout:g} seconds and was killed, "
+                f"with every process it started (the {tool.__name__} tool's limit, "
+                f"ShellTool(timeout={tool.timeout:g}); split the work into shorter commands)."
+            )
+        elif self.code is None:
+            head = f"Error: {program!r} could not be run: the shell tool's runner stopped."
         else:
-            head = f"exit code {process.returncode}"
+            head = f"exit code {self.code}"
+            if self.killed:
+                plural = "process" if self.killed == 1 else "processes"
+                shown += (
+                    f"\n[{self.killed} background {plural} still running when the command "
+                    "exited were killed: nothing a command starts outlives it]"
+                )
         return f"{head}\n{shown}" if shown else head

@@ -1,0 +1,203 @@
+"""The small process `ShellTool` puts between itself and a command, so that the command's whole
+process tree can be ended, whatever the command's children do.
+
+Run as a script by path (`python -I -S _reaper.py STATUS_FD`), it imports nothing but the
+standard library (and nothing slow to import: it starts with every command). It reads its request
+on stdin: a line with the byte length of what follows, then NUL-separated fields: `limit`, the
+number of arguments, the arguments, then the environment's `NAME=value` entries. It then
+makes itself a child subreaper (Linux `prctl(PR_SET_CHILD_SUBREAPER)`: every orphaned descendant,
+even one that called `setsid`, is re-parented to it instead of to init), and runs `argv` with
+stdout and stderr inherited (the output pipe the tool reads), stdin `/dev/null`. On the status
+descriptor it writes `exit <code>` when the command exits (`error <errno>` if it cannot be run).
+
+It ends the tree (SIGKILL to every process below it in `/proc`, again until none is left, reaping
+all of them) when its stdin reaches end of file (the tool closed it, or the tool's process died),
+on SIGTERM, or `limit` seconds after it started (in case the tool is stuck); it then writes
+`killed <n>` (how many processes it had to kill) and exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import select
+import signal
+import sys
+import time
+
+_PR_SET_CHILD_SUBREAPER = 36
+# How long ending the tree may take (processes stuck in the kernel cannot be killed at once).
+_KILL_SECONDS = 5.0
+
+
+def _become_subreaper() -> bool:
+    """Make orphaned descendants this process's children (Linux 3.4 and later)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _descendants(root: int) -> list[int] | None:
+    """The live (not zombie) processes below `root`, from `/proc`; None without `/proc`."""
+    children: dict[int, list[int]] = {}
+    live: set[int] = set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:  # it has just exited
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) < 2:
+            continue
+        pid = int(entry)
+        children.setdefault(int(fields[1]), []).append(pid)
+        if fields[0] != b"Z":
+            live.add(pid)
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child in live:
+                found.append(child)
+            todo.append(child)
+    return found
+
+
+_none_left = False
+
+
+def _reap() -> list[tuple[int, int]]:
+    """Every exited child collected: (pid, wait status). Sets `_none_left` when no child is
+    left at all (as a subreaper, none below either: orphans would have become children)."""
+    global _none_left
+    reaped: list[tuple[int, int]] = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            _none_left = True
+            return reaped
+        if pid == 0:
+            return reaped
+        reaped.append((pid, status))
+
+
+def _end_tree(command: int, subreaper: bool) -> int:
+    """SIGKILL every process below this one until none is left; how many were killed."""
+    me = os.getpid()
+    killed: set[int] = set()
+    end = time.monotonic() + _KILL_SECONDS
+    while time.monotonic() < end:
+        _reap()
+        if subreaper and _none_left:
+            break
+        pids = _descendants(me)
+        if pids is None:  # no /proc: the command's process group is the best there is
+            with contextlib.suppress(OSError):
+                os.killpg(command, signal.SIGKILL)
+            break
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+        time.sleep(0.005)
+    _reap()
+    return len(killed)
+
+
+def _read_request(fd: int) -> bytes:
+    head = b""
+    while not head.endswith(b"\n"):
+        byte = os.read(fd, 1)
+        if not byte:
+            raise SystemExit("the shell tool's request ended early")
+        head += byte
+    size = int(head)
+    data = b""
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            raise SystemExit("the shell tool's request ended early")
+        data += chunk
+    return data
+
+
+def main() -> None:
+    status_fd = int(sys.argv[1])
+    os.set_inheritable(status_fd, False)
+    control = sys.stdin.fileno()
+    fields = _read_request(control).split(b"\0")
+    give_up = time.monotonic() + float(fields[0])
+    argc = int(fields[1])
+    argv = fields[2 : 2 + argc]
+    env = dict(entry.split(b"=", 1) for entry in fields[2 + argc :])
+    subreaper = _become_subreaper()
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    stop = []
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    command = os.fork()
+    if command == 0:
+        try:
+            os.setpgid(0, 0)
+            for name in ("SIGPIPE", "SIGXFSZ", "SIGCHLD", "SIGTERM", "SIGINT"):
+                if hasattr(signal, name):
+                    signal.signal(getattr(signal, name), signal.SIG_DFL)
+            signal.set_wakeup_fd(-1)
+            os.close(wake_r)
+            os.close(wake_w)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+            os.execvpe(argv[0], argv, env)
+        except OSError as e:
+            os.write(status_fd, f"error {e.errno}\n".encode())
+        os._exit(127)
+
+    # Only the command (and what it starts) holds the output pipe from here on.
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (1, 2):
+        os.dup2(null, fd)
+    reported = False
+    while not stop:
+        for pid, status in _reap():
+            if pid == command and not reported:
+                reported = True
+                code = os.waitstatus_to_exitcode(status)
+                os.write(status_fd, f"exit {code}\n".encode())
+        left = give_up - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select([control, wake_r], [], [], left)
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+        if control in ready and not os.read(control, 4096):
+            break
+    killed = _end_tree(command, subreaper)
+    for pid, status in _reap():
+        if pid == command and not reported:
+            reported = True
+            os.write(status_fd, f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
+    os.write(status_fd, f"killed {killed}\n".encode())
+    os._exit(0)  # nothing to clean up: skip the interpreter's slow shutdown
+
+
+if __name__ == "__main__":
+    main()
