@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import re2
 
 from durable_swarm.toolkit import FileTools
 
@@ -242,3 +243,67 @@ def test_a_folder_of_12000_entries_lists_the_first_ones_and_counts_the_rest(tmp_
     )
     assert "\n[truncated: " in answer
     assert FileTools(tmp_path).list_dir().count("\n") < 12_000
+
+
+# --- large files are split into lines a slice at a time -----------------------------------------
+
+SEPARATORS = ["\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028"]
+
+
+def mixed_text(lines: int) -> str:
+    """Lines of varied lengths ended by every separator `str.splitlines` knows, long enough to
+    span several of the slices the tools split files in."""
+    return "".join(
+        f"line {i} " + "w" * (i * 37 % 90) + SEPARATORS[i * 7 % len(SEPARATORS)]
+        for i in range(lines)
+    )
+
+
+def reference_read(text: str, limit: int, start_line: int, max_lines: int | None) -> str:
+    """read_file's answer as it was computed from the whole list of lines."""
+    lines = text.splitlines(keepends=True)
+    end = None if max_lines is None else start_line - 1 + max_lines
+    selected = lines[start_line - 1 : end]
+    whole = "".join(selected)
+    if len(whole) <= limit:
+        return whole
+    note = f"\n[truncated: {len(whole)} more characters]\n[to read on, call read_file with "
+    budget = limit - len(note + f"start_line={start_line + len(selected)}]")
+    fit = size = 0
+    while fit < len(selected) and size + len(selected[fit]) <= budget:
+        size += len(selected[fit])
+        fit += 1
+    shown = "".join(selected[:fit]) if fit else selected[0][:budget]
+    return (
+        f"{shown}\n[truncated: {len(whole) - len(shown)} more characters]"
+        f"\n[to read on, call read_file with start_line={start_line + max(fit, 1)}]"
+    )
+
+
+def test_reading_a_large_file_of_mixed_line_ends_gives_the_same_lines(tmp_path: Path):
+    text = mixed_text(12_000)
+    assert len(text) > 3 * 65536
+    (tmp_path / "mixed.txt").write_bytes(text.encode("utf-8"))
+    for limit in (200, 20_000, 1_000_000):
+        files = FileTools(tmp_path, max_result_chars=limit)
+        for start, count in [(1, None), (1, 5), (5000, 3), (9000, None), (11_999, 10)]:
+            assert files.read_file("mixed.txt", start, count) == reference_read(
+                text, limit, start, count
+            ), (limit, start, count)
+    assert FileTools(tmp_path).read_file("mixed.txt", 12_001) == (
+        "Error: 'mixed.txt' has 12000 lines; start_line 12001 is past the end"
+    )
+
+
+def test_searching_a_large_file_numbers_lines_as_splitlines_does(tmp_path: Path):
+    text = mixed_text(12_000)
+    (tmp_path / "mixed.txt").write_bytes(text.encode("utf-8"))
+    lines = text.splitlines()
+    files = FileTools(tmp_path, max_matches=10_000, max_result_chars=1_000_000)
+    for pattern, regex in [("line 11", False), (r"^line 7\d* w{80}", True), (r"9 w*$", True)]:
+        matcher = re2.compile(pattern if regex else re2.escape(pattern))
+        expected = [
+            f"mixed.txt:{n}: {line}" for n, line in enumerate(lines, 1) if matcher.search(line)
+        ]
+        assert expected
+        assert files.search_files(pattern, regex=regex).splitlines() == expected, pattern

@@ -126,6 +126,8 @@ class _Walk:
     skipped: list[str] = field(default_factory=list)
 
     def skip(self, shown: str, error: OSError) -> None:
+        if len(shown) > _MAX_LINE_CHARS:
+            shown = "..." + shown[-_MAX_LINE_CHARS:]
         self.skipped.append(f"{shown} ({error.strerror or type(error).__name__})")
 
 
@@ -152,21 +154,36 @@ def _fit(body: str, note: str, limit: int) -> str:
     """`body` cut to fit `limit` characters together with `note`, which is never cut."""
     if not note:
         return _clip(body, limit)
+    if len(note) >= limit:
+        return _clip(note, limit)
     return f"{_clip(body, max(limit - len(note) - 1, 0))}\n{note}" if body else note
 
 
-def _numbered_lines(text: str) -> Iterator[tuple[int, str]]:
-    """`enumerate(text.splitlines(), 1)`, made a slice at a time (a slice ends after a newline,
-    where splitting gives the same lines): never a list of every line of a large file."""
-    number = 1
+def _slices(text: str) -> Iterator[str]:
+    """`text` in slices of about `_LINES_SLICE` characters, each ending after a newline (or at the
+    end): splitting each slice into lines gives the lines of the whole text, in order."""
     start = 0
     while start < len(text):
         end = text.find("\n", start + _LINES_SLICE)
         end = len(text) if end < 0 else end + 1
-        for line in text[start:end].splitlines():
-            yield number, line
-            number += 1
+        yield text[start:end]
         start = end
+
+
+def _lines(text: str) -> Iterator[str]:
+    """`text.splitlines(keepends=True)`, made a slice at a time: never a list of every line of a
+    large file (a list of a million short lines takes some 60 MB)."""
+    for piece in _slices(text):
+        yield from piece.splitlines(keepends=True)
+
+
+def _sliceable(pattern: str, regex: bool) -> bool:
+    """Whether a slice of lines without a match of `pattern` has no matching line either. True
+    unless the pattern anchors at the start or end of the text (`^`, `$`, `\\A`, `\\z`), which in
+    a slice are not the lines' starts and ends: a match in a line is a match in any text around
+    it, and a word boundary at a line's edge stays one (every line separator is a non-word
+    character)."""
+    return not regex or not any(anchor in pattern for anchor in ("^", "$", "\\A", "\\z"))
 
 
 @dataclass
@@ -467,26 +484,38 @@ class FileTools:
             raise WorkspaceError(f"max_lines must be 1 or more, got {max_lines}")
         place = self._locate(path)
         try:
-            lines = self._read_place(place, path).splitlines(keepends=True)
+            text = self._read_place(place, path)
         finally:
             place.close()
-        if start_line > max(len(lines), 1):
+        last = None if max_lines is None else start_line - 1 + max_lines
+        # Count the lines and the selected characters; keep only the lines an answer can show.
+        count = chosen = chars = kept_chars = 0
+        kept: list[str] = []
+        for line in _lines(text):
+            count += 1
+            if count < start_line:
+                continue
+            chosen += 1
+            chars += len(line)
+            if kept_chars <= self.max_result_chars:
+                kept.append(line)
+                kept_chars += len(line)
+            if count == last:
+                break
+        if start_line > max(count, 1):
             raise WorkspaceError(
-                f"{path!r} has {len(lines)} lines; start_line {start_line} is past the end"
+                f"{path!r} has {count} lines; start_line {start_line} is past the end"
             )
-        end = None if max_lines is None else start_line - 1 + max_lines
-        selected = lines[start_line - 1 : end]
-        text = "".join(selected)
-        if len(text) <= self.max_result_chars:
-            return text
+        if chars <= self.max_result_chars:
+            return "".join(kept)
         # Show the whole lines that fit, then say how much is left and where to read on.
-        budget = self.max_result_chars - len(_read_on(len(text), start_line + len(selected)))
+        budget = self.max_result_chars - len(_read_on(chars, start_line + chosen))
         fit = size = 0
-        while fit < len(selected) and size + len(selected[fit]) <= budget:
-            size += len(selected[fit])
+        while fit < len(kept) and size + len(kept[fit]) <= budget:
+            size += len(kept[fit])
             fit += 1
-        shown = "".join(selected[:fit]) if fit else selected[0][:budget]
-        return shown + _read_on(len(text) - len(shown), start_line + max(fit, 1))
+        shown = "".join(kept[:fit]) if fit else kept[0][:budget]
+        return shown + _read_on(chars - len(shown), start_line + max(fit, 1))
 
     def _write_file(self, path: str, content: str) -> str:
         if len(content) > self.max_file_bytes:  # every character is at least one byte
@@ -721,7 +750,7 @@ class FileTools:
                 )
             else:
                 candidates = self._files_under(top, place.parts, walk)
-            return self._search(candidates, walk, matcher, pattern, path)
+            return self._search(candidates, walk, matcher, pattern, regex, path)
         finally:
             place.close()
 
@@ -731,10 +760,12 @@ class FileTools:
         walk: _Walk,
         matcher: Any,
         pattern: str,
+        regex: bool,
         path: str,
     ) -> str:
         found: list[str] = []
         full = False
+        sliceable = _sliceable(pattern, regex)
         for parent, name, shown in candidates:
             if time.monotonic() > walk.deadline:
                 walk.timed_out = True
@@ -747,14 +778,25 @@ class FileTools:
                 if e.errno != errno.ENOENT:  # not removed since the listing: say so
                     walk.skip(shown, e)
                 continue
-            for number, line in _numbered_lines(text):
-                if matcher.search(line):
+            number = 0
+            for piece in _slices(text):
+                lines = piece.splitlines()
+                # one search of the slice instead of one a line, when that cannot miss a line
+                if sliceable and not matcher.search(piece):
+                    number += len(lines)
+                    continue
+                for line in lines:
+                    number += 1
+                    if not matcher.search(line):
+                        continue
                     if len(found) == self.max_matches:
                         full = True
                         break
                     if len(line) > _MAX_LINE_CHARS:
                         line = line[:_MAX_LINE_CHARS] + " [line cut]"
                     found.append(f"{shown}:{number}: {line}")
+                if full:
+                    break
             if full:
                 break
         if isinstance(candidates, Generator):
@@ -776,7 +818,9 @@ class FileTools:
             )
         if found or walk.timed_out:
             return _fit("\n".join(found), "\n".join(notes), self.max_result_chars)
-        return _fit(f"No matches for {pattern!r} in {path!r}.", "\n".join(notes), 10**9)
+        return _fit(
+            f"No matches for {pattern!r} in {path!r}.", "\n".join(notes), self.max_result_chars
+        )
 
 
 def _instructions(files: FileTools) -> str:

@@ -60,8 +60,10 @@ class ShellTool:
     unless `shell=True`, where it passes one string run by `/bin/sh -c`. The tool answers with
     the exit code and the output (stdout and stderr together), cut to `max_output_chars`
     characters with a note saying how much more there was (the rest is read and counted, never
-    kept: memory stays bounded whatever the command prints). The command's environment is only
-    `PATH`, `HOME` (the workspace), `LANG` and `TERM`, plus `env`; stdin is empty.
+    kept: memory stays bounded whatever the command prints). An answer is at most
+    `max_output_chars` characters of output plus a first line and notes of under 400 characters.
+    The command's environment is only `PATH`, `HOME` (the workspace), `LANG` and `TERM`, plus
+    `env`; stdin is empty.
 
     Nothing a command starts outlives the call. Each command runs below a small runner process
     (a Python interpreter started per call, about as costly as starting `python`) that is a
@@ -176,7 +178,9 @@ class ShellTool:
         return (
             f"Run {what} in the workspace directory {self.root} and return its exit code and "
             f"output (stdout and stderr together, at most {self.max_output_chars} characters). "
-            f"A command is stopped after {self.timeout:g} seconds.{allowed}"
+            f"A command is stopped after {self.timeout:g} seconds, and nothing it starts "
+            "outlives it: processes left running in the background are killed when it exits."
+            f"{allowed}"
         )
 
     def _parameters(self) -> dict[str, Any]:
