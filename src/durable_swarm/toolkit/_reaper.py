@@ -117,6 +117,12 @@ def _end_tree(command: int, subreaper: bool) -> int:
     return len(killed)
 
 
+def _tell(fd: int, line: str) -> None:
+    """Write a status line; the tool may be gone (killed): the tree is ended all the same."""
+    with contextlib.suppress(OSError):
+        os.write(fd, f"{line}\n".encode())
+
+
 def _read_request(fd: int) -> bytes:
     head = b""
     while not head.endswith(b"\n"):
@@ -168,7 +174,7 @@ def main() -> None:
             os.close(null)
             os.execvpe(argv[0], argv, env)
         except OSError as e:
-            os.write(status_fd, f"error {e.errno}\n".encode())
+            _tell(status_fd, f"error {e.errno}")
         os._exit(127)
 
     # Only the command (and what it starts) holds the output pipe from here on.
@@ -181,7 +187,7 @@ def main() -> None:
             if pid == command and not reported:
                 reported = True
                 code = os.waitstatus_to_exitcode(status)
-                os.write(status_fd, f"exit {code}\n".encode())
+                _tell(status_fd, f"exit {code}")
         left = give_up - time.monotonic()
         if left <= 0:
             break
@@ -194,8 +200,8 @@ def main() -> None:
     for pid, status in _reap():
         if pid == command and not reported:
             reported = True
-            os.write(status_fd, f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
-    os.write(status_fd, f"killed {killed}\n".encode())
+            _tell(status_fd, f"exit {os.waitstatus_to_exitcode(status)}")
+    _tell(status_fd, f"killed {killed}")
     os._exit(0)  # nothing to clean up: skip the interpreter's slow shutdown
 
 
