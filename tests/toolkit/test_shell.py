@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 
 from durable_swarm import Agent, ShellTool, Swarm
 from durable_swarm.testing import ScriptedClient, ToolCall, calls, text
-from durable_swarm.toolkit._shell import _working_bwrap
+from durable_swarm.toolkit._shell import _Server, _working_bwrap
 from durable_swarm.tools import model_tool_schema, tool_spec
 
 
@@ -282,3 +283,30 @@ def test_nul_characters_are_refused(tmp_path: Path):
     )
     with pytest.raises(ValueError, match="no name or value may contain a NUL"):
         ShellTool(tmp_path, env={"A": "x\0y"})
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_runner_server_is_started_again(tmp_path: Path):
+    shell = ShellTool(tmp_path, sandbox=False)
+    assert shell(["echo", "one"]) == "exit code 0\none\n"
+    first = _Server.pid
+    os.kill(first, signal.SIGKILL)
+    assert shell(["echo", "two"]) == "exit code 0\ntwo\n"
+    assert _Server.pid != first and alive(_Server.pid)
+    assert not alive(first)
+
+
+@pytest.mark.timeout(120)
+def test_a_command_outlives_no_kill_of_the_runner_server(tmp_path: Path):
+    """The server only forks runners: killed while a command runs, the command's runner still
+    ends its tree at the timeout."""
+    shell = ShellTool(tmp_path, timeout=3, shell=True, sandbox=False)
+    shell("true")
+    answers: list[str] = []
+    thread = threading.Thread(target=lambda: answers.append(shell(f"{ESCAPE} sleep 100")))
+    thread.start()
+    escaped = int(wait_for_file(tmp_path / "escaped.pid"))
+    os.kill(_Server.pid, signal.SIGKILL)
+    thread.join()
+    assert answers[0].startswith("Error: the command timed out after 3 seconds")
+    assert not alive(escaped)

@@ -1,19 +1,23 @@
-"""The small process `ShellTool` puts between itself and a command, so that the command's whole
+"""The processes `ShellTool` puts between itself and a command, so that the command's whole
 process tree can be ended, whatever the command's children do.
 
-Run as a script by path (`python -I -S _reaper.py STATUS_FD`), it imports nothing but the
-standard library (and nothing slow to import: it starts with every command). It reads its request
-on stdin: a line with the byte length of what follows, then NUL-separated fields: `limit`, the
-number of arguments, the arguments, then the environment's `NAME=value` entries. It then
-makes itself a child subreaper (Linux `prctl(PR_SET_CHILD_SUBREAPER)`: every orphaned descendant,
-even one that called `setsid`, is re-parented to it instead of to init), and runs `argv` with
-stdout and stderr inherited (the output pipe the tool reads), stdin `/dev/null`. On the status
-descriptor it writes `exit <code>` when the command exits (`error <errno>` if it cannot be run).
+A server, started once per process using the tool (`python -I -S _reaper.py`, with a Unix socket
+as stdin; it imports only quick-to-import standard modules), forks a reaper for each command: so a
+command costs a fork, not an interpreter's start. The tool sends the server a message carrying
+three descriptors: a control socket, the output pipe and a status pipe. The reaper reads its
+request on the control socket: a line with the byte length of what follows, then NUL-separated
+fields: `limit`, the working directory, the number of arguments, the arguments, then the
+environment's `NAME=value` entries. It makes itself a child subreaper (Linux
+`prctl(PR_SET_CHILD_SUBREAPER)`: every orphaned descendant, even one that called `setsid`, is
+re-parented to it instead of to init), and runs the arguments with the output pipe as stdout and
+stderr and `/dev/null` as stdin. On the status pipe it writes `started` first, then `exit
+<code>` when the command exits (`error <errno>` if it cannot be run).
 
 It ends the tree (SIGKILL to every process below it in `/proc`, again until none is left, reaping
-all of them) when its stdin reaches end of file (the tool closed it, or the tool's process died),
-on SIGTERM, or `limit` seconds after it started (in case the tool is stuck); it then writes
-`killed <n>` (how many processes it had to kill) and exits.
+all of them) when the control socket closes (the tool closed it, or the tool's process died), on
+SIGTERM, or `limit` seconds after it started (in case the tool is stuck); it then writes
+`killed <n>` (how many processes it had to kill) and exits. The server ends when its socket
+closes.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import ctypes
 import os
 import select
 import signal
-import sys
+import socket
 import time
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -140,24 +144,29 @@ def _read_request(fd: int) -> bytes:
     return data
 
 
-def main() -> None:
-    status_fd = int(sys.argv[1])
-    os.set_inheritable(status_fd, False)
-    control = sys.stdin.fileno()
+def _run(control: int, out: int, status_fd: int) -> None:
+    """One command: read its request on `control`, run it with `out` as stdout and stderr,
+    report on `status_fd`, end its tree when `control` closes (or at the request's limit)."""
+    global _none_left
+    _none_left = False  # the server's state, not this process's
+    for fd in (control, out, status_fd):
+        os.set_inheritable(fd, False)
+    _tell(status_fd, "started")
+    os.setsid()  # no signal meant for the server's session reaches the command
     fields = _read_request(control).split(b"\0")
     give_up = time.monotonic() + float(fields[0])
-    argc = int(fields[1])
-    argv = fields[2 : 2 + argc]
-    env = dict(entry.split(b"=", 1) for entry in fields[2 + argc :])
+    cwd = fields[1]
+    argc = int(fields[2])
+    argv = fields[3 : 3 + argc]
+    env = dict(entry.split(b"=", 1) for entry in fields[3 + argc :])
     subreaper = _become_subreaper()
 
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
-    stop = []
+    stop: list[bool] = []
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     command = os.fork()
     if command == 0:
@@ -167,27 +176,24 @@ def main() -> None:
                 if hasattr(signal, name):
                     signal.signal(getattr(signal, name), signal.SIG_DFL)
             signal.set_wakeup_fd(-1)
-            os.close(wake_r)
-            os.close(wake_w)
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
-            os.close(null)
+            os.dup2(out, 1)
+            os.dup2(out, 2)
+            os.chdir(cwd)
             os.execvpe(argv[0], argv, env)
         except OSError as e:
             _tell(status_fd, f"error {e.errno}")
         os._exit(127)
 
     # Only the command (and what it starts) holds the output pipe from here on.
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (1, 2):
-        os.dup2(null, fd)
+    os.close(out)
     reported = False
     while not stop:
         for pid, status in _reap():
             if pid == command and not reported:
                 reported = True
-                code = os.waitstatus_to_exitcode(status)
-                _tell(status_fd, f"exit {code}")
+                _tell(status_fd, f"exit {os.waitstatus_to_exitcode(status)}")
         left = give_up - time.monotonic()
         if left <= 0:
             break
@@ -202,8 +208,38 @@ def main() -> None:
             reported = True
             _tell(status_fd, f"exit {os.waitstatus_to_exitcode(status)}")
     _tell(status_fd, f"killed {killed}")
-    os._exit(0)  # nothing to clean up: skip the interpreter's slow shutdown
+
+
+def serve() -> None:
+    """The server: for each message on the socket at stdin, carrying three descriptors (a
+    control socket, the output pipe, the status pipe), fork a process that runs one command
+    (`_run`). It ends when the socket closes: the process that started it has gone."""
+    server = socket.socket(fileno=0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, lambda *_: _reap())
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(server, 16, 3)
+        except OSError:
+            break
+        if not message:
+            break
+        if len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            continue
+        if os.fork() == 0:
+            try:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                server.close()
+                _run(*fds)
+            finally:
+                os._exit(0)  # nothing to clean up: skip the interpreter's slow shutdown
+        for fd in fds:
+            os.close(fd)
+        _reap()
+    os._exit(0)
 
 
 if __name__ == "__main__":
-    main()
+    serve()

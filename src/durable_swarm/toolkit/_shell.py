@@ -11,8 +11,11 @@ import math
 import os
 import select
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
@@ -66,9 +69,10 @@ class ShellTool:
     `env`; stdin is empty.
 
     Nothing a command starts outlives the call. Each command runs below a small runner process
-    (a Python interpreter started per call, about as costly as starting `python`) that is a
-    Linux child subreaper: every process the command starts, even one that left its process
-    group or session (`setsid`, a double fork), stays below it and is killed with SIGKILL:
+    that is a Linux child subreaper, forked for it by a server process that the first call
+    starts (a Python interpreter of about 10 MB, one per process using the tool, ended when that
+    process ends): every process the command starts, even one that left its process group or
+    session (`setsid`, a double fork), stays below the runner and is killed with SIGKILL:
     at `timeout` (the answer then says the command timed out; it comes at most about 1 s after
     the timeout), when the command exits (processes it left running in the background may still
     write output for 0.5 s; the answer says how many were killed), and when the process calling
@@ -253,12 +257,94 @@ class ShellTool:
         argv = self._argv(command)
         if isinstance(argv, str):
             return argv
-        return _Run(self, self._sandboxed(argv)).answer(argv[0])
+        for _ in range(2):
+            answer = _Run(self, self._sandboxed(argv)).answer(argv[0])
+            if answer is not None:
+                return answer
+            _Server.forget()  # it died with the command unstarted: once more, with a new one
+        return f"Error: {argv[0]!r} could not be run: the shell tool's runner stopped."
 
 
-def _request(argv: list[str], env: Mapping[str, str], limit: float) -> bytes:
-    """What the reaper reads on its stdin: a byte length, then NUL-separated fields."""
-    fields = [repr(limit), str(len(argv)), *argv, *(f"{k}={v}" for k, v in env.items())]
+class _Server:
+    """The reaper server (`_reaper.py`) of this process: started on first use, again if it died
+    or if this process is a fork of the one that started it."""
+
+    lock = threading.Lock()
+    pid = 0
+    owner = 0
+    channel: socket.socket | None = None
+    stale = False
+
+    @classmethod
+    def _start(cls) -> None:
+        if cls.channel is not None:
+            cls.channel.close()  # a server of this process ends when its socket closes
+            cls.channel = None
+        if cls.pid and cls.owner == os.getpid():  # this process's server, not yet reaped
+            with contextlib.suppress(OSError):
+                os.kill(cls.pid, signal.SIGKILL)
+                os.waitpid(cls.pid, 0)
+        cls.stale = False
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            cls.pid = os.posix_spawn(
+                sys.executable,
+                [sys.executable, "-I", "-S", _REAPER],
+                {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8"},
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, theirs.fileno(), 0),
+                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, 1, 2),
+                ],
+                setsid=True,  # signals meant for this process never reach it
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        cls.channel = ours
+        cls.owner = os.getpid()
+
+    @classmethod
+    def _alive(cls) -> bool:
+        if cls.channel is None or cls.owner != os.getpid() or cls.stale:
+            return False
+        try:
+            if os.waitpid(cls.pid, os.WNOHANG)[0] == 0:
+                return True
+        except ChildProcessError:
+            pass
+        cls.pid = 0  # reaped: its number may go to another process
+        return False
+
+    @classmethod
+    def forget(cls) -> None:
+        """Start another server next time (this one lost a command)."""
+        with cls.lock:
+            cls.stale = True
+
+    @classmethod
+    def send(cls, fds: list[int]) -> None:
+        """Hand the server the descriptors of one command (it forks a reaper for it)."""
+        with cls.lock:
+            for attempt in range(2):
+                if not cls._alive():
+                    cls._start()
+                assert cls.channel is not None
+                try:
+                    socket.send_fds(cls.channel, [b"run"], fds)
+                    return
+                except OSError:
+                    if attempt:
+                        raise
+                    cls.stale = True  # start another
+
+
+def _request(argv: list[str], cwd: Path, env: Mapping[str, str], limit: float) -> bytes:
+    """What the reaper reads first on its control socket: a byte length, then NUL-separated
+    fields."""
+    fields = [repr(limit), str(cwd), str(len(argv)), *argv, *(f"{k}={v}" for k, v in env.items())]
     payload = b"\0".join(os.fsencode(field) for field in fields)
     return b"%d\n%s" % (len(payload), payload)
 
@@ -275,6 +361,7 @@ class _Run:
         self.code: int | None = None
         self.error: int | None = None  # errno of a command that could not be started
         self.killed = 0
+        self.started = False
         self.status = b""
 
     def _ended(self) -> bool:
@@ -297,6 +384,8 @@ class _Run:
                 self.error = int(value)
             elif word == "killed":
                 self.killed = int(value)
+            elif word == "started":
+                self.started = True
 
     def _pump(
         self, poller: select.poll, fds: dict[int, str], until: float, stop: Callable[[], bool]
@@ -316,59 +405,54 @@ class _Run:
                     poller.unregister(fd)
                     del fds[fd]
 
-    def answer(self, program: str) -> str:
+    def answer(self, program: str) -> str | None:
+        """Run the command and answer; None if it never started (the runner server died with
+        the command's descriptors unread)."""
         tool = self.tool
+        control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         out_r, out_w = os.pipe()
         status_r, status_w = os.pipe()
         try:
-            process = subprocess.Popen(
-                [sys.executable, "-I", "-S", _REAPER, str(status_w)],
-                cwd=tool.root,
-                env={"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8"},
-                stdin=subprocess.PIPE,
-                stdout=out_w,
-                stderr=out_w,
-                pass_fds=(status_w,),
-                start_new_session=True,  # signals meant for this process never reach the command
-            )
+            _Server.send([theirs.fileno(), out_w, status_w])
         except OSError as e:
-            for fd in (out_r, out_w, status_r, status_w):
+            control.close()
+            for fd in (out_r, status_r):
                 os.close(fd)
-            return f"Error: cannot run {program!r}: the shell tool could not start ({e})."
-        os.close(out_w)
-        os.close(status_w)
+            return f"Error: cannot run {program!r}: the shell tool's runner could not start ({e})."
+        finally:
+            theirs.close()
+            os.close(out_w)
+            os.close(status_w)
         deadline = time.monotonic() + tool.timeout
         fds = {out_r: "output", status_r: "status"}
         poller = select.poll()
         for fd in fds:
             poller.register(fd, select.POLLIN)
-        assert process.stdin is not None
-        timed_out = False
+        timed_out = lost = False
         try:
             # the reaper gives up by itself well after the timeout, should this process be stuck
-            process.stdin.write(_request(self.argv, tool._environment(), tool.timeout + 10))
-            process.stdin.flush()
-            self._pump(poller, fds, deadline, self._ended)
-            timed_out = not self._ended() and "status" in fds.values()
-            if not timed_out:  # background processes holding the output get a short grace
+            request = _request(self.argv, tool.root, tool._environment(), tool.timeout + 10)
+            try:
+                control.sendall(request)
+            except OSError:  # the reaper never got its request: the command did not start
+                lost = True
+            if not lost:
+                self._pump(poller, fds, deadline, lambda: self.started)
+                lost = not self.started and "status" not in fds.values()
+            if not lost:
+                self._pump(poller, fds, deadline, self._ended)
+                timed_out = not self._ended() and "status" in fds.values()
+            if not lost and not timed_out:  # background processes holding the output: a grace
                 grace = min(deadline, time.monotonic() + _OUTPUT_GRACE)
                 self._pump(poller, fds, grace, lambda: out_r not in fds)
-        except BrokenPipeError:  # the reaper died at once; its output says why
-            pass
         finally:
-            # Closing the reaper's stdin ends the tree; then read what is left, and its report.
-            with contextlib.suppress(BrokenPipeError):
-                process.stdin.close()
-            end = time.monotonic() + _KILL_GRACE
-            self._pump(poller, fds, end, lambda: False)
-            try:
-                process.wait(max(0.01, end - time.monotonic()))
-            except subprocess.TimeoutExpired:  # processes stuck in the kernel: stop waiting
-                process.kill()
-                process.wait()
+            # Closing the control socket ends the tree; then read what is left, and the report
+            # (the status pipe closes when the reaper has ended the tree and exited).
+            control.close()
+            self._pump(poller, fds, time.monotonic() + _KILL_GRACE, lambda: False)
             for fd in (out_r, status_r):
                 os.close(fd)
-        return self._answer(program, timed_out)
+        return None if lost else self._answer(program, timed_out)
 
     def _answer(self, program: str, timed_out: bool) -> str:
         tool = self.tool
