@@ -310,3 +310,17 @@ def test_a_command_outlives_no_kill_of_the_runner_server(tmp_path: Path):
     thread.join()
     assert answers[0].startswith("Error: the command timed out after 3 seconds")
     assert not alive(escaped)
+
+
+def test_commands_inherit_no_descriptor_of_the_calling_process(tmp_path: Path):
+    read, write = os.pipe()
+    os.set_inheritable(write, True)  # as a careless library might leave one
+    try:
+        _Server.forget()  # a server started now, with the descriptor open
+        answer = ShellTool(tmp_path, sandbox=False)(["sh", "-c", "ls /proc/$$/fd"])
+    finally:
+        os.close(read)
+        os.close(write)
+    assert answer.startswith("exit code 0\n")
+    assert str(write) not in answer.split()[3:]
+    assert answer.split()[3:6] == ["0", "1", "2"]

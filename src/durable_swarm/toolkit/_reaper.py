@@ -214,6 +214,15 @@ def serve() -> None:
     """The server: for each message on the socket at stdin, carrying three descriptors (a
     control socket, the output pipe, the status pipe), fork a process that runs one command
     (`_run`). It ends when the socket closes: the process that started it has gone."""
+    # descriptors the tool's process let its children inherit are not the commands' to have
+    try:
+        inherited = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        inherited = list(range(3, 1024))
+    for fd in inherited:
+        if fd > 2:
+            with contextlib.suppress(OSError):
+                os.close(fd)
     server = socket.socket(fileno=0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, lambda *_: _reap())

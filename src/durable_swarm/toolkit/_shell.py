@@ -341,6 +341,14 @@ class _Server:
                     cls.stale = True  # start another
 
 
+def _after_fork_in_child() -> None:
+    _Server.lock = threading.Lock()  # another thread may have held it at the fork
+    _Server.stale = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _request(argv: list[str], cwd: Path, env: Mapping[str, str], limit: float) -> bytes:
     """What the reaper reads first on its control socket: a byte length, then NUL-separated
     fields."""
