@@ -151,7 +151,6 @@ def _run(control: int, out: int, status_fd: int) -> None:
     _none_left = False  # the server's state, not this process's
     for fd in (control, out, status_fd):
         os.set_inheritable(fd, False)
-    _tell(status_fd, "started")
     os.setsid()  # no signal meant for the server's session reaches the command
     fields = _read_request(control).split(b"\0")
     give_up = time.monotonic() + float(fields[0])
@@ -160,6 +159,7 @@ def _run(control: int, out: int, status_fd: int) -> None:
     argv = fields[3 : 3 + argc]
     env = dict(entry.split(b"=", 1) for entry in fields[3 + argc :])
     subreaper = _become_subreaper()
+    _tell(status_fd, "started")  # it has its request: the command will not be lost
 
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -168,23 +168,27 @@ def _run(control: int, out: int, status_fd: int) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
 
-    command = os.fork()
-    if command == 0:
-        try:
-            os.setpgid(0, 0)
-            for name in ("SIGPIPE", "SIGXFSZ", "SIGCHLD", "SIGTERM", "SIGINT"):
-                if hasattr(signal, name):
-                    signal.signal(getattr(signal, name), signal.SIG_DFL)
-            signal.set_wakeup_fd(-1)
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            os.dup2(out, 1)
-            os.dup2(out, 2)
-            os.chdir(cwd)
-            os.execvpe(argv[0], argv, env)
-        except OSError as e:
-            _tell(status_fd, f"error {e.errno}")
-        os._exit(127)
+    try:
+        os.chdir(cwd)
+        command = os.posix_spawnp(
+            argv[0],
+            argv,
+            env,
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, out, 1),
+                (os.POSIX_SPAWN_DUP2, out, 2),
+            ],
+            setpgroup=0,  # its own process group: the fallback without /proc kills that
+            setsigdef=[
+                getattr(signal, name)
+                for name in ("SIGPIPE", "SIGXFSZ", "SIGCHLD", "SIGTERM", "SIGINT")
+                if hasattr(signal, name)
+            ],
+        )
+    except OSError as e:
+        _tell(status_fd, f"error {e.errno}")
+        return
 
     # Only the command (and what it starts) holds the output pipe from here on.
     os.close(out)
