@@ -324,3 +324,14 @@ def test_commands_inherit_no_descriptor_of_the_calling_process(tmp_path: Path):
     assert answer.startswith("exit code 0\n")
     assert str(write) not in answer.split()[3:]
     assert answer.split()[3:6] == ["0", "1", "2"]
+
+
+def test_a_workspace_removed_since_is_named_in_the_error(tmp_path: Path):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    shell = ShellTool(workspace, sandbox=False)
+    workspace.rmdir()
+    assert shell(["ls"]) == (
+        f"Error: cannot run 'ls': the workspace {str(workspace)!r} cannot be entered "
+        "(No such file or directory)."
+    )

@@ -11,7 +11,8 @@ environment's `NAME=value` entries. It makes itself a child subreaper (Linux
 `prctl(PR_SET_CHILD_SUBREAPER)`: every orphaned descendant, even one that called `setsid`, is
 re-parented to it instead of to init), and runs the arguments with the output pipe as stdout and
 stderr and `/dev/null` as stdin. On the status pipe it writes `started` first, then `exit
-<code>` when the command exits (`error <errno>` if it cannot be run).
+<code>` when the command exits (`error <errno>` if it cannot be run, `nocwd <errno>` if the
+working directory cannot be entered).
 
 It ends the tree (SIGKILL to every process below it in `/proc`, again until none is left, reaping
 all of them) when the control socket closes (the tool closed it, or the tool's process died), on
@@ -170,6 +171,10 @@ def _run(control: int, out: int, status_fd: int) -> None:
 
     try:
         os.chdir(cwd)
+    except OSError as e:
+        _tell(status_fd, f"nocwd {e.errno}")
+        return
+    try:
         command = os.posix_spawnp(
             argv[0],
             argv,

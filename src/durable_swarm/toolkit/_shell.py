@@ -370,6 +370,7 @@ class _Run:
         self.error: int | None = None  # errno of a command that could not be started
         self.killed = 0
         self.started = False
+        self.in_workspace = True
         self.status = b""
 
     def _ended(self) -> bool:
@@ -390,6 +391,9 @@ class _Run:
                 self.code = int(value)
             elif word == "error":
                 self.error = int(value)
+            elif word == "nocwd":
+                self.error = int(value)
+                self.in_workspace = False
             elif word == "killed":
                 self.killed = int(value)
             elif word == "started":
@@ -465,6 +469,11 @@ class _Run:
     def _answer(self, program: str, timed_out: bool) -> str:
         tool = self.tool
         if self.error is not None:
+            if not self.in_workspace:
+                return (
+                    f"Error: cannot run {program!r}: the workspace {str(tool.root)!r} cannot be "
+                    f"entered ({os.strerror(self.error)})."
+                )
             if self.error == errno.ENOENT:
                 return f"Error: program {program!r} was not found on PATH."
             return f"Error: cannot run {program!r}: {os.strerror(self.error)}."
