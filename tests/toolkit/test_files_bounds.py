@@ -307,3 +307,22 @@ def test_searching_a_large_file_numbers_lines_as_splitlines_does(tmp_path: Path)
         ]
         assert expected
         assert files.search_files(pattern, regex=regex).splitlines() == expected, pattern
+
+
+def test_a_search_looks_at_the_first_entries_of_a_crowded_folder_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A folder of millions of entries would take that many names in memory: a search keeps
+    the first (100,000, here 50) by name and names the folders it searched in part."""
+    monkeypatch.setattr("durable_swarm.toolkit._files._FOLDER_ENTRIES", 50)
+    (tmp_path / "crowd").mkdir()
+    for i in range(80):
+        (tmp_path / "crowd" / f"f{i:02}.txt").write_text("needle\n")
+    files = FileTools(tmp_path, max_matches=1000, max_result_chars=100_000)
+    lines = files.search_files("needle").splitlines()
+    assert lines[:-1] == [f"crowd/f{i:02}.txt:1: needle" for i in range(50)]
+    assert lines[-1] == (
+        "[searched only the first 50 entries (by name) of folders with more: crowd/ "
+        "(80 entries); search a file there by its path]"
+    )
+    assert files.search_files("needle", "crowd/f70.txt") == "crowd/f70.txt:1: needle"

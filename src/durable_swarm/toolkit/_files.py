@@ -51,6 +51,8 @@ _MAX_LINKS = 40
 _LISTED_AT_LEAST = 10_000
 # The most directory descriptors one search_files walk holds at once.
 _WALK_DESCRIPTORS = 8
+# The most entries of one folder a search looks at (the first, by name): about 10 MB of names.
+_FOLDER_ENTRIES = 100_000
 # How many of the folders and files a search could not open its answer names.
 _SKIPPED_SHOWN = 5
 # Lines are split from a file's text this many characters at a time.
@@ -124,11 +126,36 @@ class _Walk:
     deadline: float
     timed_out: bool = False
     skipped: list[str] = field(default_factory=list)
+    crowded: list[str] = field(default_factory=list)  # folders searched in part, and their size
 
     def skip(self, shown: str, error: OSError) -> None:
         if len(shown) > _MAX_LINE_CHARS:
             shown = "..." + shown[-_MAX_LINE_CHARS:]
         self.skipped.append(f"{shown} ({error.strerror or type(error).__name__})")
+
+
+class _OutOfTime(Exception):
+    """A search's time ran out while it listed a folder."""
+
+
+def _first_names(fd: int, walk: _Walk, shown: str) -> list[str]:
+    """The first `_FOLDER_ENTRIES` names (sorted) of the directory `fd`, however many it has;
+    a folder with more is recorded in `walk.crowded`."""
+    total = 0
+
+    def counted(entries: Iterator[os.DirEntry[str]]) -> Iterator[str]:
+        nonlocal total
+        for entry in entries:
+            total += 1
+            if total % 4096 == 0 and time.monotonic() > walk.deadline:
+                raise _OutOfTime
+            yield entry.name
+
+    with os.scandir(fd) as entries:
+        names = heapq.nsmallest(_FOLDER_ENTRIES, counted(entries))
+    if total > len(names):
+        walk.crowded.append(f"{shown}/ ({total} entries)")
+    return names
 
 
 def _names(levels: list[_Level]) -> list[str]:
@@ -219,9 +246,10 @@ class FileTools:
     `max(max_result_chars, 10000)` names of a folder (the first in sorted order) and says how
     many more there are. `search_files` walks folders depth first (each folder's files, then its
     subfolders, names sorted), holding at most 8 directory descriptors at once however wide or
-    deep the tree is, never following links; its answer ends with a note when it stopped early
-    (time limit, match limit) or skipped folders or files it could not open (how many, and the
-    first few with the reason). Notes are never cut: the matches before them are.
+    deep the tree is, never following links, and looks at the first 100,000 entries (by name) of
+    a folder; its answer ends with a note when it stopped early (time limit, match limit),
+    searched a crowded folder in part, or skipped folders or files it could not open (how many,
+    and the first few with the reason). Notes are never cut: the matches before them are.
 
     Args:
         root: the workspace directory (must exist).
@@ -676,9 +704,12 @@ class FileTools:
             return
         parts = [*prefix, *_names(levels)]
         try:
-            names = sorted(os.listdir(fd))
+            names = _first_names(fd, walk, _shown(parts))
         except OSError as e:
             walk.skip(_shown(parts) + "/", e)
+            return
+        except _OutOfTime:
+            walk.timed_out = True
             return
         folders = []
         for name in names:
@@ -815,6 +846,14 @@ class FileTools:
                 f"[skipped {len(walk.skipped)} folders or files that could not be opened: "
                 f"{listed}{f' and {more} more' if more > 0 else ''}; the search may have missed "
                 "matches in them]"
+            )
+        if walk.crowded:
+            listed = ", ".join(walk.crowded[:_SKIPPED_SHOWN])
+            more = len(walk.crowded) - _SKIPPED_SHOWN
+            notes.append(
+                f"[searched only the first {_FOLDER_ENTRIES} entries (by name) of folders with "
+                f"more: {listed}{f' and {more} more' if more > 0 else ''}; search a file there by "
+                "its path]"
             )
         if found or walk.timed_out:
             return _fit("\n".join(found), "\n".join(notes), self.max_result_chars)
