@@ -204,12 +204,16 @@ def test_file_size_limit_on_read_write_and_edit(root):
 
     assert files.read_file("ten.txt") == "0123456789"
     assert files.read_file("eleven.txt") == (
-        "Error: 'eleven.txt' is larger than the 10-byte limit; use search_files to find what you "
-        "need in it"
+        "Error: 'eleven.txt' is larger than the 10-byte limit (11 bytes; "
+        "FileTools(max_file_bytes=10) sets it); use search_files to find what you need in it"
     )
     assert files.write_file("new.txt", "é" * 6) == (
-        "Error: the new content of 'new.txt' is 12 bytes, over the 10-byte limit; write smaller "
-        "files"
+        "Error: the new content of 'new.txt' is 12 bytes, over the 10-byte limit "
+        "(FileTools(max_file_bytes=10) sets it); write smaller files"
+    )
+    assert files.write_file("new.txt", "é" * 11) == (
+        "Error: the new content of 'new.txt' is 22 bytes, over the 10-byte limit "
+        "(FileTools(max_file_bytes=10) sets it); write smaller files"
     )
     assert not (root / "new.txt").exists()
     assert files.edit_file("ten.txt", "9", "99").startswith("Error: the new content of 'ten.txt'")

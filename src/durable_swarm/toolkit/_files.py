@@ -11,18 +11,24 @@ through a link. Searches use RE2, a regular-expression engine that runs in linea
 Tools never raise for the model's mistakes: refusals, missing files, binary files, size limits and
 operating-system errors all come back as text starting with `"Error:"`, and every answer is at most
 `max_result_chars` characters long.
+
+Nothing the workspace holds or the model asks makes a tool use memory or descriptors without
+bound: sizes are checked before content is read or built (a file's size from `fstat`, an edit's
+result from the number of occurrences), a listing keeps only the first names of a huge folder, and
+a search walks the tree holding at most `_WALK_DESCRIPTORS` directory descriptors.
 """
 
 from __future__ import annotations
 
 import errno
+import heapq
 import inspect
 import os
 import secrets
 import stat
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +47,16 @@ _MAX_LINE_CHARS = 300
 _MAX_PATTERN_CHARS = 1000
 # As many symbolic links as Linux follows in one path before it reports a loop.
 _MAX_LINKS = 40
+# list_dir keeps (and stats) at most max(max_result_chars, this) names of a folder.
+_LISTED_AT_LEAST = 10_000
+# The most directory descriptors one search_files walk holds at once.
+_WALK_DESCRIPTORS = 8
+# The most entries of one folder a search looks at (the first, by name): about 10 MB of names.
+_FOLDER_ENTRIES = 100_000
+# How many of the folders and files a search could not open its answer names.
+_SKIPPED_SHOWN = 5
+# Lines are split from a file's text this many characters at a time.
+_LINES_SLICE = 65536
 
 
 def _positive(name: str, value: Any, minimum: int = 1, number: bool = False) -> Any:
@@ -80,8 +96,121 @@ def _decode(data: bytes, shown: str) -> str:
         ) from None
 
 
+def _utf8_size(text: str) -> int:
+    """The length of `text` in UTF-8, counted in slices: never a whole second copy in memory."""
+    if text.isascii():
+        return len(text)
+    step = 65536
+    return sum(len(text[i : i + step].encode("utf-8")) for i in range(0, len(text), step))
+
+
 def _components(path: str) -> list[str]:
     return [part for part in path.split("/") if part not in ("", ".")]
+
+
+@dataclass
+class _Level:
+    """One folder on the path of a search's walk: its name in its parent, its descriptor (None
+    once given up), and its subfolders still to visit (reversed: `pop()` gives the next)."""
+
+    name: str
+    fd: int | None
+    folders: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Walk:
+    """How one search's walk went: until when it may run, whether it ran out of time, and what
+    it could not open (shown path and reason)."""
+
+    deadline: float
+    timed_out: bool = False
+    skipped: list[str] = field(default_factory=list)
+    crowded: list[str] = field(default_factory=list)  # folders searched in part, and their size
+
+    def skip(self, shown: str, error: OSError) -> None:
+        if len(shown) > _MAX_LINE_CHARS:
+            shown = "..." + shown[-_MAX_LINE_CHARS:]
+        self.skipped.append(f"{shown} ({error.strerror or type(error).__name__})")
+
+
+class _OutOfTime(Exception):
+    """A search's time ran out while it listed a folder."""
+
+
+def _first_names(fd: int, walk: _Walk, shown: str) -> list[str]:
+    """The first `_FOLDER_ENTRIES` names (sorted) of the directory `fd`, however many it has;
+    a folder with more is recorded in `walk.crowded`."""
+    total = 0
+
+    def counted(entries: Iterator[os.DirEntry[str]]) -> Iterator[str]:
+        nonlocal total
+        for entry in entries:
+            total += 1
+            if total % 4096 == 0 and time.monotonic() > walk.deadline:
+                raise _OutOfTime
+            yield entry.name
+
+    with os.scandir(fd) as entries:
+        names = heapq.nsmallest(_FOLDER_ENTRIES, counted(entries))
+    if total > len(names):
+        walk.crowded.append(f"{shown}/ ({total} entries)")
+    return names
+
+
+def _names(levels: list[_Level]) -> list[str]:
+    return [level.name for level in levels[1:]]
+
+
+def _shown(parts: list[str]) -> str:
+    return "/".join(parts) or "."
+
+
+def _hold_at_most(levels: list[_Level], most: int) -> None:
+    """Give up the descriptors of the shallowest folders (never the first, nor the last) until at
+    most `most` are held."""
+    held = [i for i, level in enumerate(levels) if level.fd is not None]
+    for i in held[1:-1][: max(0, len(held) - most)]:
+        fd = levels[i].fd
+        assert fd is not None
+        os.close(fd)
+        levels[i].fd = None
+
+
+def _fit(body: str, note: str, limit: int) -> str:
+    """`body` cut to fit `limit` characters together with `note`, which is never cut."""
+    if not note:
+        return _clip(body, limit)
+    if len(note) >= limit:
+        return _clip(note, limit)
+    return f"{_clip(body, max(limit - len(note) - 1, 0))}\n{note}" if body else note
+
+
+def _slices(text: str) -> Iterator[str]:
+    """`text` in slices of about `_LINES_SLICE` characters, each ending after a newline (or at the
+    end): splitting each slice into lines gives the lines of the whole text, in order."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start + _LINES_SLICE)
+        end = len(text) if end < 0 else end + 1
+        yield text[start:end]
+        start = end
+
+
+def _lines(text: str) -> Iterator[str]:
+    """`text.splitlines(keepends=True)`, made a slice at a time: never a list of every line of a
+    large file (a list of a million short lines takes some 60 MB)."""
+    for piece in _slices(text):
+        yield from piece.splitlines(keepends=True)
+
+
+def _sliceable(pattern: str, regex: bool) -> bool:
+    """Whether a slice of lines without a match of `pattern` has no matching line either. True
+    unless the pattern anchors at the start or end of the text (`^`, `$`, `\\A`, `\\z`), which in
+    a slice are not the lines' starts and ends: a match in a line is a match in any text around
+    it, and a word boundary at a line's edge stays one (every line separator is a non-word
+    character)."""
+    return not regex or not any(anchor in pattern for anchor in ("^", "$", "\\A", "\\z"))
 
 
 @dataclass
@@ -110,6 +239,17 @@ class FileTools:
     outside the root, `..` escapes and symbolic links leading out are refused; links that stay
     inside are followed by the tools themselves (`search_files` skips links), and the root itself
     may be a symbolic link. Files with more than one hard link are refused. Files are UTF-8 text.
+
+    Limits: a file over `max_file_bytes` is refused from its size before it is read (search_files
+    skips it), and an edit whose result would be over it is refused before the result is built,
+    the answer saying what size it would have been. `list_dir` keeps at most
+    `max(max_result_chars, 10000)` names of a folder (the first in sorted order) and says how
+    many more there are. `search_files` walks folders depth first (each folder's files, then its
+    subfolders, names sorted), holding at most 8 directory descriptors at once however wide or
+    deep the tree is, never following links, and looks at the first 100,000 entries (by name) of
+    a folder; its answer ends with a note when it stopped early (time limit, match limit),
+    searched a crowded folder in part, or skipped folders or files it could not open (how many,
+    and the first few with the reason). Notes are never cut: the matches before them are.
 
     Args:
         root: the workspace directory (must exist).
@@ -152,6 +292,7 @@ class FileTools:
         self.max_search_seconds = _positive(
             "max_search_seconds", max_search_seconds, 0, number=True
         )
+        self._listed_at_most = max(self.max_result_chars, _LISTED_AT_LEAST)
         self.tools = _make_tools(self)
         for func in self.tools:
             setattr(self, func.__name__, func)
@@ -277,6 +418,11 @@ class FileTools:
             answer = f"Error: {e.message}"
         except OSError as e:
             answer = f"Error: {path!r}: {e.strerror or type(e).__name__}"
+        except UnicodeEncodeError:
+            answer = (
+                f"Error: the text for {path!r} contains characters UTF-8 cannot encode (lone "
+                "surrogates); nothing was written"
+            )
         return _clip(answer, self.max_result_chars)
 
     # --- reading and writing --------------------------------------------------------------------
@@ -292,17 +438,26 @@ class FileTools:
                 "than one link, which may share their content with a file outside the workspace"
             )
 
+    def _too_large(self, path: str, size: int | None) -> WorkspaceError:
+        what = f"{size} bytes" if size is not None else "it grew while it was read"
+        return WorkspaceError(
+            f"{path!r} is larger than the {self.max_file_bytes}-byte limit ({what}; "
+            f"FileTools(max_file_bytes={self.max_file_bytes}) sets it); use search_files to find "
+            "what you need in it"
+        )
+
     def _read_at(self, parent: int, name: str, path: str) -> str:
-        """The text of file `name` in directory `parent`, opened without following a link."""
+        """The text of file `name` in directory `parent`, opened without following a link; its
+        size is checked before anything is read, and at most `max_file_bytes` + 1 are read."""
         fd = os.open(name, _READ, dir_fd=parent)
         with os.fdopen(fd, "rb") as f:
-            self._check_file(os.fstat(fd), path, directory_hint="use list_dir to see what is in it")
+            info = os.fstat(fd)
+            self._check_file(info, path, directory_hint="use list_dir to see what is in it")
+            if info.st_size > self.max_file_bytes:
+                raise self._too_large(path, info.st_size)
             data = f.read(self.max_file_bytes + 1)
         if len(data) > self.max_file_bytes:
-            raise WorkspaceError(
-                f"{path!r} is larger than the {self.max_file_bytes}-byte limit; "
-                "use search_files to find what you need in it"
-            )
+            raise self._too_large(path, None)
         return _decode(data, path)
 
     def _read_place(self, place: _Place, path: str) -> str:
@@ -314,14 +469,24 @@ class FileTools:
         self._check_file(place.info, path, directory_hint=hint)
         return self._read_at(place.parent, place.name, path)
 
+    def _too_much(self, path: str, size: int, *, edit: bool = False) -> WorkspaceError:
+        limit = self.max_file_bytes
+        if edit:
+            return WorkspaceError(
+                f"the new content of {path!r} would be {size} bytes, over the {limit}-byte limit "
+                f"(FileTools(max_file_bytes={limit}) sets it); nothing was changed: replace fewer "
+                "occurrences, or with shorter text"
+            )
+        return WorkspaceError(
+            f"the new content of {path!r} is {size} bytes, over the {limit}-byte limit "
+            f"(FileTools(max_file_bytes={limit}) sets it); write smaller files"
+        )
+
     def _replace(self, place: _Place, data: bytes, path: str) -> None:
         """Write `data` to a new file beside the target and rename it over the target: the old
         file's directory entry is replaced, nothing is written through a link."""
         if len(data) > self.max_file_bytes:
-            raise WorkspaceError(
-                f"the new content of {path!r} is {len(data)} bytes, over the "
-                f"{self.max_file_bytes}-byte limit; write smaller files"
-            )
+            raise self._too_much(path, len(data))
         if place.name is None:
             raise WorkspaceError(f"{path!r} is a directory; give a file path")
         mode = 0o666
@@ -347,28 +512,43 @@ class FileTools:
             raise WorkspaceError(f"max_lines must be 1 or more, got {max_lines}")
         place = self._locate(path)
         try:
-            lines = self._read_place(place, path).splitlines(keepends=True)
+            text = self._read_place(place, path)
         finally:
             place.close()
-        if start_line > max(len(lines), 1):
+        last = None if max_lines is None else start_line - 1 + max_lines
+        # Count the lines and the selected characters; keep only the lines an answer can show.
+        count = chosen = chars = kept_chars = 0
+        kept: list[str] = []
+        for line in _lines(text):
+            count += 1
+            if count < start_line:
+                continue
+            chosen += 1
+            chars += len(line)
+            if kept_chars <= self.max_result_chars:
+                kept.append(line)
+                kept_chars += len(line)
+            if count == last:
+                break
+        if start_line > max(count, 1):
             raise WorkspaceError(
-                f"{path!r} has {len(lines)} lines; start_line {start_line} is past the end"
+                f"{path!r} has {count} lines; start_line {start_line} is past the end"
             )
-        end = None if max_lines is None else start_line - 1 + max_lines
-        selected = lines[start_line - 1 : end]
-        text = "".join(selected)
-        if len(text) <= self.max_result_chars:
-            return text
+        if chars <= self.max_result_chars:
+            return "".join(kept)
         # Show the whole lines that fit, then say how much is left and where to read on.
-        budget = self.max_result_chars - len(_read_on(len(text), start_line + len(selected)))
+        budget = self.max_result_chars - len(_read_on(chars, start_line + chosen))
         fit = size = 0
-        while fit < len(selected) and size + len(selected[fit]) <= budget:
-            size += len(selected[fit])
+        while fit < len(kept) and size + len(kept[fit]) <= budget:
+            size += len(kept[fit])
             fit += 1
-        shown = "".join(selected[:fit]) if fit else selected[0][:budget]
-        return shown + _read_on(len(text) - len(shown), start_line + max(fit, 1))
+        shown = "".join(kept[:fit]) if fit else kept[0][:budget]
+        return shown + _read_on(chars - len(shown), start_line + max(fit, 1))
 
     def _write_file(self, path: str, content: str) -> str:
+        if len(content) > self.max_file_bytes:  # every character is at least one byte
+            size = len(content) if content.isascii() else _utf8_size(content)
+            raise self._too_much(path, size)
         place = self._locate(path, make_dirs=True)
         try:
             existed = place.info is not None
@@ -396,6 +576,11 @@ class FileTools:
                     f"old_string occurs {count} times in {path!r}; include more surrounding text "
                     "to make it unique, or pass replace_all=true to replace every occurrence"
                 )
+            # The size of the result first: nothing over the limit is ever built in memory.
+            grows = _utf8_size(new_string) - _utf8_size(old_string)
+            size = _utf8_size(text) + count * grows
+            if size > self.max_file_bytes:
+                raise self._too_much(path, size, edit=True)
             self._replace(place, text.replace(old_string, new_string).encode("utf-8"), path)
         finally:
             place.close()
@@ -429,10 +614,25 @@ class FileTools:
             place.close()
         if fd is None:
             raise WorkspaceError(f"{path!r} is a file; use read_file to read it")
+        # Only the first names (in order) are kept, however many entries the folder has: more
+        # than an answer can show (every line takes at least 2 characters).
+        total = 0
+
+        def counted(entries: Iterator[os.DirEntry[str]]) -> Iterator[str]:
+            nonlocal total
+            for entry in entries:
+                total += 1
+                yield entry.name
+
         lines = []
         try:
-            for name in sorted(os.listdir(fd)):
-                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            with os.scandir(fd) as entries:
+                names = heapq.nsmallest(self._listed_at_most, counted(entries))
+            for name in names:
+                try:
+                    info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:  # removed since it was listed
+                    continue
                 if stat.S_ISLNK(info.st_mode):
                     inside = self._leads_inside("/".join([*place.parts, name]))
                     lines.append(f"{name}@" if inside else f"{name}@ (leads outside; refused)")
@@ -442,36 +642,111 @@ class FileTools:
                     lines.append(f"{name} ({info.st_size} bytes)")
         finally:
             os.close(fd)
-        return "\n".join(lines) if lines else "(empty directory)"
+        if not lines:
+            return "(empty directory)"
+        note = ""
+        if total > len(names):
+            note = (
+                f"[{total - len(names)} more entries not shown (the folder has {total}); list a "
+                "subfolder or use search_files]"
+            )
+        return _fit("\n".join(lines), note, self.max_result_chars)
 
-    def _files_under(self, top: int, prefix: list[str]) -> Iterator[tuple[int, str, str]]:
+    def _files_under(
+        self, top: int, prefix: list[str], walk: _Walk
+    ) -> Iterator[tuple[int, str, str]]:
         """(directory descriptor, name, shown path) of every regular file under the directory
-        `top` (owned; closed here), files before folders, sorted; links are not followed."""
-        pending = [(top, prefix)]
+        `top` (owned; closed here), depth first, each folder's files (sorted) before its
+        subfolders; links are not followed.
+
+        At most `_WALK_DESCRIPTORS` directory descriptors are held at once, however wide or deep
+        the tree: a folder whose descriptor was given up is opened again from the nearest held
+        ancestor, one component at a time without following links. Folders that cannot be
+        opened or listed are recorded in `walk.skipped`; the walk ends at `walk.deadline`."""
+        levels = [_Level("", top)]
         try:
-            while pending:
-                fd, parts = pending.pop(0)
-                folders = []
+            yield from self._visit(levels, prefix, walk)
+            while levels:
+                level = levels[-1]
+                if not level.folders or walk.timed_out:
+                    if level.fd is not None:
+                        os.close(level.fd)
+                    levels.pop()
+                    continue
+                name = level.folders.pop()
+                parent = self._reopen(levels, prefix, walk)
+                if parent is None:
+                    level.folders.clear()
+                    continue
                 try:
-                    for name in sorted(os.listdir(fd)):
-                        try:
-                            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                        except OSError:
-                            continue
-                        if stat.S_ISREG(info.st_mode):
-                            yield fd, name, "/".join([*parts, name])
-                        elif stat.S_ISDIR(info.st_mode):
-                            folders.append(name)
-                    for name in folders:
-                        try:
-                            pending.append((os.open(name, _DIRECTORY, dir_fd=fd), [*parts, name]))
-                        except OSError:
-                            continue
-                finally:
-                    os.close(fd)
+                    fd = os.open(name, _DIRECTORY, dir_fd=parent)
+                except OSError as e:
+                    if e.errno != errno.ENOENT:  # not removed since the listing: say so
+                        walk.skip(_shown([*prefix, *_names(levels), name]) + "/", e)
+                    continue
+                levels.append(_Level(name, fd))
+                _hold_at_most(levels, _WALK_DESCRIPTORS)
+                yield from self._visit(levels, prefix, walk)
         finally:
-            for fd, _ in pending:
-                os.close(fd)
+            for level in levels:
+                if level.fd is not None:
+                    os.close(level.fd)
+
+    def _visit(
+        self, levels: list[_Level], prefix: list[str], walk: _Walk
+    ) -> Iterator[tuple[int, str, str]]:
+        """The files of the folder `levels[-1]` (open); its subfolders noted to visit next."""
+        level = levels[-1]
+        assert level.fd is not None
+        fd = level.fd
+        if time.monotonic() > walk.deadline:
+            walk.timed_out = True
+            return
+        parts = [*prefix, *_names(levels)]
+        try:
+            names = _first_names(fd, walk, _shown(parts))
+        except OSError as e:
+            walk.skip(_shown(parts) + "/", e)
+            return
+        except _OutOfTime:
+            walk.timed_out = True
+            return
+        folders = []
+        for name in names:
+            try:
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                yield fd, name, "/".join([*parts, name])
+            elif stat.S_ISDIR(info.st_mode):
+                folders.append(name)
+        level.folders = folders[::-1]
+
+    def _reopen(self, levels: list[_Level], prefix: list[str], walk: _Walk) -> int | None:
+        """The descriptor of `levels[-1]`, opened again from the nearest held ancestor if it was
+        given up; None (recorded as skipped) if the path changed since."""
+        level = levels[-1]
+        if level.fd is not None:
+            return level.fd
+        anchor = max(i for i, held in enumerate(levels) if held.fd is not None)
+        start = levels[anchor].fd
+        current = start
+        assert current is not None
+        try:
+            for below in levels[anchor + 1 :]:
+                following = os.open(below.name, _DIRECTORY, dir_fd=current)
+                if current != start:
+                    os.close(current)
+                current = following
+        except OSError as e:
+            if current != start:
+                os.close(current)
+            walk.skip(_shown([*prefix, *_names(levels)]) + "/", e)
+            return None
+        level.fd = current
+        _hold_at_most(levels, _WALK_DESCRIPTORS)
+        return current
 
     def _matcher(self, pattern: str, regex: bool, ignore_case: bool) -> Any:
         if not pattern:
@@ -496,6 +771,7 @@ class FileTools:
 
     def _search_files(self, path: str, pattern: str, regex: bool, ignore_case: bool) -> str:
         matcher = self._matcher(pattern, regex, ignore_case)
+        walk = _Walk(time.monotonic() + self.max_search_seconds)
         place = self._locate(path)
         try:
             top = self._open_dir(place, path)
@@ -504,38 +780,86 @@ class FileTools:
                     [(place.parent, str(place.name), "/".join(place.parts))]
                 )
             else:
-                candidates = self._files_under(top, place.parts)
-            return self._search(candidates, matcher, pattern, path)
+                candidates = self._files_under(top, place.parts, walk)
+            return self._search(candidates, walk, matcher, pattern, regex, path)
         finally:
             place.close()
 
     def _search(
-        self, candidates: Iterator[tuple[int, str, str]], matcher: Any, pattern: str, path: str
+        self,
+        candidates: Iterator[tuple[int, str, str]],
+        walk: _Walk,
+        matcher: Any,
+        pattern: str,
+        regex: bool,
+        path: str,
     ) -> str:
-        deadline = time.monotonic() + self.max_search_seconds
         found: list[str] = []
+        full = False
+        sliceable = _sliceable(pattern, regex)
         for parent, name, shown in candidates:
-            if time.monotonic() > deadline:
-                found.append(
-                    f"[stopped after {self.max_search_seconds:g} s; search a smaller folder]"
-                )
+            if time.monotonic() > walk.deadline:
+                walk.timed_out = True
                 break
             try:
                 text = self._read_at(parent, name, shown)
-            except (OSError, WorkspaceError):
+            except WorkspaceError:  # binary, oversized or hard-linked: skipped by design
                 continue
-            for number, line in enumerate(text.splitlines(), 1):
-                if matcher.search(line):
+            except OSError as e:
+                if e.errno != errno.ENOENT:  # not removed since the listing: say so
+                    walk.skip(shown, e)
+                continue
+            number = 0
+            for piece in _slices(text):
+                lines = piece.splitlines()
+                # one search of the slice instead of one a line, when that cannot miss a line
+                if sliceable and not matcher.search(piece):
+                    number += len(lines)
+                    continue
+                for line in lines:
+                    number += 1
+                    if not matcher.search(line):
+                        continue
                     if len(found) == self.max_matches:
-                        found.append(
-                            f"[stopped after {self.max_matches} matches; narrow the pattern or "
-                            "the path]"
-                        )
-                        return "\n".join(found)
+                        full = True
+                        break
                     if len(line) > _MAX_LINE_CHARS:
                         line = line[:_MAX_LINE_CHARS] + " [line cut]"
                     found.append(f"{shown}:{number}: {line}")
-        return "\n".join(found) if found else f"No matches for {pattern!r} in {path!r}."
+                if full:
+                    break
+            if full:
+                break
+        if isinstance(candidates, Generator):
+            candidates.close()  # its descriptors now, not when it is collected
+        notes = []
+        if walk.timed_out:
+            notes.append(f"[stopped after {self.max_search_seconds:g} s; search a smaller folder]")
+        if full:
+            notes.append(
+                f"[stopped after {self.max_matches} matches; narrow the pattern or the path]"
+            )
+        if walk.skipped:
+            listed = ", ".join(walk.skipped[:_SKIPPED_SHOWN])
+            more = len(walk.skipped) - _SKIPPED_SHOWN
+            notes.append(
+                f"[skipped {len(walk.skipped)} folders or files that could not be opened: "
+                f"{listed}{f' and {more} more' if more > 0 else ''}; the search may have missed "
+                "matches in them]"
+            )
+        if walk.crowded:
+            listed = ", ".join(walk.crowded[:_SKIPPED_SHOWN])
+            more = len(walk.crowded) - _SKIPPED_SHOWN
+            notes.append(
+                f"[searched only the first {_FOLDER_ENTRIES} entries (by name) of folders with "
+                f"more: {listed}{f' and {more} more' if more > 0 else ''}; search a file there by "
+                "its path]"
+            )
+        if found or walk.timed_out:
+            return _fit("\n".join(found), "\n".join(notes), self.max_result_chars)
+        return _fit(
+            f"No matches for {pattern!r} in {path!r}.", "\n".join(notes), self.max_result_chars
+        )
 
 
 def _instructions(files: FileTools) -> str:
@@ -599,7 +923,8 @@ def _make_tools(files: FileTools) -> list[Callable[..., str]]:
         """Find the lines of text files that contain a pattern, as "file:line: text".
 
         Searches a file, or every text file under a folder (binary and oversized files are
-        skipped); stops after a fixed number of matches.
+        skipped); stops after a fixed number of matches or a time limit, and says so, and names
+        folders it could not open.
 
         Args:
             pattern: the text to look for (a regular expression if regex is true).
