@@ -29,8 +29,8 @@ test: lint typecheck pytest
 # layer, DBOS or SQLAlchemy (only the durable layer, the command and the console do), and no
 # modules of the package import each other in a cycle.
 lint: $(STAMP)
-	$(BIN)/ruff check src tests examples benchmarks
-	$(BIN)/ruff format --check src tests examples benchmarks
+	$(BIN)/ruff check src tests examples benchmarks scripts
+	$(BIN)/ruff format --check src tests examples benchmarks scripts
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
