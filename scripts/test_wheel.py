@@ -6,9 +6,9 @@ extras into a new virtualenv in a temporary directory, and there, away from the 
 
 1. checks that `durable_swarm` is imported from that virtualenv, not from the source tree;
 2. runs `durable-swarm --version` (it must print the version of the built wheel);
-3. runs the refund demo as `make demo` does (`durable-swarm demo refund --fresh --show-crash`:
-   killed mid-refund and resumed), with a copy of `examples/` (the demos are not part of the
-   package) and short pauses in its slow steps;
+3. runs the refund demo (`durable-swarm demo refund --fresh`; `make demo` adds `--show-crash`,
+   whose kill and recovery the test suite covers), with a copy of `examples/` (the demos are
+   not part of the package) and short pauses in its slow steps;
 4. serves the console on the demo's database (`durable-swarm serve`), fetches the runs page and
    every static asset it links to over HTTP, then stops it;
 5. type-checks a small program that uses the package's types with mypy, strict, against the
@@ -216,7 +216,7 @@ def main() -> int:
         say(f"--version: {version}")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "DURABLE_"))}
         env["REFUND_DEMO_STEP_SECONDS"] = "0.05"  # the demo's pause in each slow step (1 s)
-        demo = run([str(tool_bin), "demo", "refund", "--fresh", "--show-crash"], cwd=home, env=env)
+        demo = run([str(tool_bin), "demo", "refund", "--fresh"], cwd=home, env=env)
         tail = demo.stdout.strip().splitlines()[-3:]
         say("demo refund: ok; its last lines:\n    " + "\n    ".join(tail))
         serve_and_fetch(tool_bin, home / "refund_demo.sqlite", home)
