@@ -9,7 +9,8 @@ DURABLE_SWARM_TEST_POSTGRES_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
 export DURABLE_SWARM_TEST_POSTGRES_URL
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test test-faults test-chaos lint typecheck pytest browser fuse valgrind bench bench-quick clean
+.PHONY: demo test test-faults test-chaos lint typecheck pytest browser fuse valgrind bench \
+	bench-quick clean docs test-wheel
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,8 +29,8 @@ test: lint typecheck pytest
 # layer, DBOS or SQLAlchemy (only the durable layer, the command and the console do), and no
 # modules of the package import each other in a cycle.
 lint: $(STAMP)
-	$(BIN)/ruff check src tests examples benchmarks
-	$(BIN)/ruff format --check src tests examples benchmarks
+	$(BIN)/ruff check src tests examples benchmarks scripts
+	$(BIN)/ruff format --check src tests examples benchmarks scripts
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
@@ -39,6 +40,22 @@ typecheck: $(STAMP)
 # a time, so a file's module-wide fixtures (its database, its launched DBOS) are set up once.
 pytest: $(STAMP) browser
 	$(BIN)/pytest -q -m "not faults" -n $(PYTEST_WORKERS) --dist loadfile
+
+# The documentation site (docs/, mkdocs.yml) into site/, with warnings as errors: a broken link
+# or anchor, a page missing from the nav or an API name that does not resolve fails the build.
+DOCS_STAMP := $(VENV)/.docs-stamp
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev,docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+# The built sdist and wheel work outside the source tree: the wheel (with the web, mcp and otel
+# extras) in a new virtualenv runs the demo, --version, the console with its assets, and mypy
+# on a program that uses its types (scripts/test_wheel.py says what it checks).
+test-wheel: $(STAMP)
+	$(BIN)/python scripts/test_wheel.py
 
 # The slow fault-injection tests (real processes killed, paused, cut off from the database).
 # The missing-agent test checks "not failed after 60 s" (DURABLE_SWARM_TEST_MISSING_HORIZON

@@ -1,13 +1,13 @@
 """Test doubles for code that calls OpenAI chat completions.
 
-* :class:`ScriptedClient` / :class:`AsyncScriptedClient`: in-process stand-ins for
+* `ScriptedClient` / `AsyncScriptedClient`: in-process stand-ins for
   ``openai.OpenAI`` / ``openai.AsyncOpenAI`` returning real ``openai`` pydantic objects.
-* :class:`FakeOpenAIServer`: an OpenAI-compatible HTTP server for the real ``openai`` client,
+* `FakeOpenAIServer`: an OpenAI-compatible HTTP server for the real ``openai`` client,
   with injectable faults (HTTP errors, dropped connections, malformed bodies, latency); also
   runnable as a process: ``python -m durable_swarm.testing.server``.
 
-Both answer from a *script* (``Script``): a sequence of entries (``Entry``: :class:`Reply`,
-``str`` or, for the server, :class:`Fault`) consumed one per request, or a function
+Both answer from a *script* (``Script``): a sequence of entries (``Entry``: `Reply`,
+``str`` or, for the server, `Fault`) consumed one per request, or a function
 ``(messages, tools) -> entry`` (``ScriptFunction``).
 """
 

@@ -151,8 +151,8 @@ class ScriptedClient(_ScriptedBase):
     Only ``client.chat.completions.create(**params)`` exists. It returns real
     ``ChatCompletion`` objects, or with ``stream=True`` an iterator of real
     ``ChatCompletionChunk`` objects. Every call is recorded in :attr:`requests`. A script entry
-    that is a fault other than :meth:`Fault.delay` raises :class:`ScriptError`; an exhausted
-    sequence raises :class:`ScriptExhaustedError`.
+    that is a fault other than `Fault.delay` raises `ScriptError`; an exhausted
+    sequence raises `ScriptExhaustedError`.
     """
 
     def __init__(self, script: Script) -> None:
@@ -161,7 +161,7 @@ class ScriptedClient(_ScriptedBase):
 
 
 class AsyncScriptedClient(_ScriptedBase):
-    """The ``openai.AsyncOpenAI`` counterpart of :class:`ScriptedClient`: ``create`` is async and
+    """The ``openai.AsyncOpenAI`` counterpart of `ScriptedClient`: ``create`` is async and
     ``stream=True`` gives an async iterator of chunks."""
 
     def __init__(self, script: Script) -> None:

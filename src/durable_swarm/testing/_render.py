@@ -1,4 +1,4 @@
-"""Turn a scripted :class:`Reply` into OpenAI chat completion and chunk JSON (plain dicts)."""
+"""Turn a scripted `Reply` into OpenAI chat completion and chunk JSON (plain dicts)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reply specs and scripts shared by :class:`ScriptedClient` and :class:`FakeOpenAIServer`."""
+"""Reply specs and scripts shared by `ScriptedClient` and `FakeOpenAIServer`."""
 
 from __future__ import annotations
 
@@ -80,10 +80,10 @@ _TRUNCATED_JSON = '{"id": "chatcmpl-broken", "choices": ['
 
 @dataclass(frozen=True)
 class Fault:
-    """A failure that :class:`FakeOpenAIServer` serves instead of a completion.
+    """A failure that `FakeOpenAIServer` serves instead of a completion.
 
-    Build one with :meth:`status`, :meth:`drop`, :meth:`malformed` or :meth:`delay`, then either
-    queue it with :meth:`FakeOpenAIServer.inject` or put it in a script. Every fault can first
+    Build one with `status`, `drop`, `malformed` or `delay`, then either
+    queue it with `FakeOpenAIServer.inject` or put it in a script. Every fault can first
     wait ``seconds``.
     """
 
@@ -142,7 +142,7 @@ class Fault:
 
 
 Entry: TypeAlias = Reply | str | Fault
-"""One scripted answer: a :class:`Reply`, a plain string (text reply) or a :class:`Fault`."""
+"""One scripted answer: a `Reply`, a plain string (text reply) or a `Fault`."""
 ScriptFunction: TypeAlias = Callable[[list[dict[str, Any]], list[dict[str, Any]] | None], Entry]
 """``(messages, tools) -> entry``: decides from the request, so a retried request gets the same."""
 Script: TypeAlias = Sequence[Entry] | ScriptFunction

@@ -50,13 +50,13 @@ class FakeOpenAIServer:
     Endpoints: ``POST /v1/chat/completions`` (JSON, or ``text/event-stream`` with
     ``"stream": true``), ``GET /v1/models``, and for tests ``GET /_fake/stats``,
     ``GET /_fake/requests`` and ``POST /_fake/reset``; anything else is a 404 in OpenAI's error
-    shape. Requests are answered from ``script`` (default :func:`echo`), after any faults queued
-    with :meth:`inject`. ``latency`` delays every completion (before its first chunk when
+    shape. Requests are answered from ``script`` (default `echo`), after any faults queued
+    with `inject`. ``latency`` delays every completion (before its first chunk when
     streamed); ``chunk_delay`` spaces streamed chunks. Completions report token usage; a streamed
     one does in a last chunk when asked with ``stream_options={"include_usage": true}``, or,
     with ``accept_stream_options=False``, refuses that option with a 400 as some servers do.
 
-    Use it as a context manager or call :meth:`start` / :meth:`stop`.
+    Use it as a context manager or call `start` / `stop`.
     """
 
     def __init__(
@@ -163,7 +163,7 @@ class FakeOpenAIServer:
     # ----------------------------------------------------------------- control and inspection
 
     def set_script(self, script: Script | None) -> None:
-        """Answer later requests from ``script`` (``None``: :func:`echo`), from its start."""
+        """Answer later requests from ``script`` (``None``: `echo`), from its start."""
         self._cursor = ScriptCursor(echo if script is None else script)
 
     def set_latency(self, seconds: float, *, chunk_delay: float | None = None) -> None:

@@ -1,4 +1,4 @@
-"""Run :class:`FakeOpenAIServer` as a process: ``python -m durable_swarm.testing.server --help``."""
+"""Run `FakeOpenAIServer` as a process: ``python -m durable_swarm.testing.server --help``."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def _load_script(spec: str | None, script_file: str | None) -> Script | None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run a :class:`FakeOpenAIServer` until SIGINT or SIGTERM."""
+    """Run a `FakeOpenAIServer` until SIGINT or SIGTERM."""
     parser = argparse.ArgumentParser(
         prog="python -m durable_swarm.testing.server",
         description=(
