@@ -293,3 +293,16 @@ def test_the_ag2_names_are_the_features_they_spell() -> None:
     assert isinstance(SwarmAgent(), Agent)
     assert isinstance(SwarmResult(), Result)
     assert SwarmResult(values="done").value == "done"
+
+
+def test_the_top_level_namespace_holds_only_its_public_names_and_modules() -> None:
+    """No helper of `__init__` (typing, importlib, the lazy loader) is a public name there."""
+    import subprocess
+    import sys
+
+    code = (
+        "import types, durable_swarm as d; print(sorted(n for n, v in vars(d).items() if not "
+        "n.startswith('_') and n not in d.__all__ and not isinstance(v, types.ModuleType)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -7,15 +7,14 @@ The names below are imported when first used (PEP 562): `import durable_swarm` l
 else, and in-memory use (`Swarm`, `Agent`) never loads DBOS or SQLAlchemy.
 """
 
-from __future__ import annotations
+import importlib as _importlib
+import sys as _sys
+import typing as _typing
 
-import importlib
-import sys
-from typing import TYPE_CHECKING, Any
+from ._lazy import attribute_loader as _attribute_loader
+from ._lazy import warn_moved as _warn_moved
 
-from ._lazy import attribute_loader, warn_moved
-
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from .chat import ChatResult, initiate_swarm_chat
     from .durable import DurableClient, DurableSwarm, RunHandle, RunInfo
     from .errors import (
@@ -135,7 +134,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     ".types": ("Agent", "Response", "Result"),
     ".usage": ("Budget", "Usage"),
 }
-_load = attribute_loader(__name__, _HOMES)
+_load = _attribute_loader(__name__, _HOMES)
 
 # Names that left the top level; importing them warns and names the new place.
 _MOVED = {
@@ -147,7 +146,7 @@ _MOVED = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     """Import a public name's module on first use; warn about a name that moved."""
     if name == "__version__":
         from importlib.metadata import PackageNotFoundError, version
@@ -161,11 +160,12 @@ def __getattr__(name: str) -> Any:
     if new_module is not None:
         # `from durable_swarm import X` asks twice (import's own `hasattr`, then the import):
         # the warning goes with the second, which points at the importing line.
-        if "importlib" not in sys._getframe(1).f_code.co_filename:
-            warn_moved(__name__, name, new_module)
-        return getattr(importlib.import_module(new_module), name)
+        if "importlib" not in _sys._getframe(1).f_code.co_filename:
+            _warn_moved(__name__, name, new_module)
+        return getattr(_importlib.import_module(new_module), name)
     return _load(name)
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    """The public names (`__all__`), as `dir(durable_swarm)` shows them."""
+    return sorted({*__all__, "__version__"})
