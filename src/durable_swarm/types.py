@@ -155,8 +155,8 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     if name in ("SwarmAgent", "SwarmResult"):
-        from . import ag2
-
+        # By name, as the top level does for moved names: `ag2` builds on this module, so
+        # this module does not import it (no import cycle).
         warn_moved(__name__, name, "durable_swarm.ag2")
-        return getattr(ag2, name)
+        return getattr(importlib.import_module("durable_swarm.ag2"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
