@@ -17,7 +17,7 @@ from dbos import SetWorkflowID
 from .._aio import off_event_loop
 from ..errors import DurableSwarmError, RunNotFoundError
 from ..usage import Budget, check_budget
-from ._decisions import Decision, DecisionLog, payload
+from ._decisions import DecisionLog, DecisionRecord, payload
 from ._listing import PendingApproval, RunFilter, RunQuery
 from ._log import BUDGET_TOPIC, WAITING_EVENT
 from ._notices import Notices
@@ -211,7 +211,7 @@ class RunControl:
                 f"Run {run_id!r} waits for approval of tool call {pending!r}, not "
                 f"{tool_call_id!r}; nothing was sent."
             )
-        mine = Decision(
+        mine = DecisionRecord(
             run_id, int(waiting.get("wait_id") or 0), tool_call_id, approved, message, by, _now()
         )
         earlier = self.decisions.record(mine)

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from ..errors import DecisionConflictError
 from ._tables import engine_for, engine_with, missing_table, text_columns
 
-__all__ = ["DECISIONS_TABLE", "Decision", "DecisionLog"]
+__all__ = ["DECISIONS_TABLE", "DecisionLog", "DecisionRecord"]
 
 DECISIONS_TABLE = "durable_swarm_decisions"
 
@@ -40,7 +40,7 @@ _UPGRADES = text_columns(DECISIONS_TABLE, "run_id", "tool_call_id", "decided_by"
 
 
 @dataclass(frozen=True)
-class Decision:
+class DecisionRecord:
     """One recorded decision on a tool call."""
 
     run_id: str
@@ -72,7 +72,7 @@ class DecisionLog:
     def _engine(self) -> sa.Engine:
         return engine_with(self._url, DECISIONS_TABLE, _CREATE_TABLE, _UPGRADES)
 
-    def record(self, decision: Decision) -> Decision | None:
+    def record(self, decision: DecisionRecord) -> DecisionRecord | None:
         """Write `decision`; None if it is the first for its wait, else the one recorded first."""
         engine = self._engine()
         try:
@@ -101,7 +101,7 @@ class DecisionLog:
 
     def find(
         self, run_id: str, *, wait_id: int | None = None, tool_call_id: str | None = None
-    ) -> Decision | None:
+    ) -> DecisionRecord | None:
         """The decision recorded for `run_id`'s wait `wait_id`, or the last one on the tool call
         `tool_call_id`; None if there is none."""
         where, params = "run_id = :run_id", dict[str, Any](run_id=run_id)
@@ -122,10 +122,10 @@ class DecisionLog:
             raise
         if row is None:
             return None
-        return Decision(row[0], int(row[1]), row[2], bool(row[3]), row[4], row[5], row[6])
+        return DecisionRecord(row[0], int(row[1]), row[2], bool(row[3]), row[4], row[5], row[6])
 
 
-def payload(decision: Decision, digest: Any) -> dict[str, Any]:
+def payload(decision: DecisionRecord, digest: Any) -> dict[str, Any]:
     """The message that delivers `decision` to the run (bound to the call's arguments)."""
     return {
         "tool_call_id": decision.tool_call_id,
