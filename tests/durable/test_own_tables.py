@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from durable_swarm import DurableSwarmError
-from durable_swarm.durable._decisions import DECISIONS_TABLE, Decision, DecisionLog
+from durable_swarm.durable._decisions import DECISIONS_TABLE, DecisionLog, DecisionRecord
 from durable_swarm.durable._notices import NOTICES_TABLE, Notices
 from durable_swarm.durable._tables import _made, engine_for
 from durable_swarm.testing import ScriptedClient, text
@@ -35,7 +35,7 @@ def test_tables_of_earlier_releases_take_long_ids(durable_swarm_factory) -> None
             _made.discard((url, table))  # as in a process that has not used them yet
 
     run_id, call_id = "r" * 300, "c" * 300
-    decision = Decision(run_id, 3, call_id, True, "fine", "b" * 300, "2026-11-27T00:00:00Z")
+    decision = DecisionRecord(run_id, 3, call_id, True, "fine", "b" * 300, "2026-11-27T00:00:00Z")
     assert DecisionLog(url).record(decision) is None
     assert DecisionLog(url).find(run_id, tool_call_id=call_id) == decision
     Notices(url).post(run_id, "executor-1", "waiting for agent")  # pruned: no such run
