@@ -10,6 +10,7 @@ the same rules, across real processes, are in `test_swarm_crash.py`. On SQLite a
 from __future__ import annotations
 
 import gc
+import inspect
 import logging
 import uuid
 from typing import Any
@@ -18,7 +19,7 @@ import pytest
 from dbos import DBOS, SetWorkflowID
 
 from _support.wait import wait_for
-from durable_swarm import Agent, Budget, DurableClient, DurableSwarm
+from durable_swarm import Agent, Budget, DurableClient, DurableSwarm, Swarm
 from durable_swarm.durable._log import spec_of
 from durable_swarm.durable._spec import SPEC_VERSION, RunSpec, agent_ref
 from durable_swarm.durable._swarms import registry
@@ -272,3 +273,48 @@ def test_a_thin_client_names_the_swarm_of_its_run(durable_swarm_factory, databas
         client.cancel(handle.run_id)
     assert stored["swarm"] == "spec-queued"
     assert stored["schema_version"] == SPEC_VERSION
+
+
+SWARM_RUN = [
+    ("agent", inspect.Parameter.empty),
+    ("messages", inspect.Parameter.empty),
+    ("context_variables", None),
+    ("model_override", None),
+    ("stream", False),
+    ("debug", False),
+    ("max_turns", float("inf")),
+    ("execute_tools", True),
+]
+
+
+def _parameters(method: Any) -> list[tuple[str, Any, Any]]:
+    return [(p.name, p.default, p.kind) for p in inspect.signature(method).parameters.values()]
+
+
+def test_the_run_methods_keep_swarms_signature_written_once() -> None:
+    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    swarm_run = [("self", inspect.Parameter.empty, positional)] + [
+        (name, default, positional) for name, default in SWARM_RUN
+    ]
+    handoffs = [("after_work", None, keyword), ("agents", (), keyword)]
+    assert _parameters(Swarm.run) == _parameters(Swarm.arun) == swarm_run + handoffs
+    durable = [("run_id", None, keyword), *handoffs, ("budget", None, keyword)]
+    for method in (DurableSwarm.run, DurableSwarm.start, DurableSwarm.arun, DurableSwarm.astart):
+        assert _parameters(method) == swarm_run + durable, method.__name__
+    without_stream = [p for p in swarm_run if p[0] != "stream"]
+    assert _parameters(Swarm.run_and_stream) == without_stream
+    assert _parameters(DurableSwarm.run_and_stream) == [*without_stream, ("run_id", None, keyword)]
+    assert inspect.iscoroutinefunction(DurableSwarm.arun)
+    assert inspect.iscoroutinefunction(Swarm.arun) and not inspect.iscoroutinefunction(Swarm.run)
+    assert DurableSwarm.run.__doc__.startswith("Swarm's `run`, durably")  # type: ignore[union-attr]
+    memory = Swarm(ScriptedClient([text("hello")] * 2))
+    with pytest.raises(TypeError, match=r"^Swarm\.run\(\) got an unexpected keyword argument 'x'"):
+        memory.run(Agent(), USER, x=1)
+    with pytest.raises(TypeError, match=r"^Swarm\.run\(\) missing a required argument"):
+        memory.run(Agent())
+    # positionally, in Swarm's order, and by keyword
+    assert memory.run(Agent(), USER, {}, None, False, False, 2, True).messages[-1]["content"] == (
+        "hello"
+    )
+    assert memory.run(messages=USER, agent=Agent(), max_turns=1).messages[-1]["content"] == "hello"

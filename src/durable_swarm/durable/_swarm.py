@@ -14,6 +14,7 @@ from dbos import DBOS, SetWorkflowID
 
 from .. import tracing
 from .._aio import in_event_loop, off_event_loop
+from .._signature import takes_run
 from ..errors import AgentNotFoundError, DurableSwarmError
 from ..loop import RunRequest, known_agents
 from ..swarm import default_model
@@ -101,6 +102,47 @@ def _events(items: Iterator[Any]) -> Iterator[dict[str, Any]]:
     for item in items:
         if isinstance(item, dict) and "event" in item:
             yield item["event"]
+
+
+def run_arguments(
+    agent: Agent,
+    messages: list[dict[str, Any]],
+    context_variables: dict[str, Any] | None = None,
+    model_override: str | None = None,
+    stream: bool = False,
+    debug: bool = False,
+    max_turns: float = float("inf"),
+    execute_tools: bool = True,
+    *,
+    run_id: str | None = None,
+    after_work: Any = None,
+    agents: Sequence[Agent] = (),
+    budget: Budget | None = None,
+) -> RunRequest:
+    """The arguments of `DurableSwarm.run`, `start`, `arun` and `astart`: Swarm's `run`
+    arguments, then the run's id, the swarm-level handoff options and its budget."""
+    return RunRequest(
+        agent, messages, context_variables, model_override, stream, debug, max_turns,
+        execute_tools, after_work, agents, run_id, budget,
+    )  # fmt: skip
+
+
+def streamed_run_arguments(
+    agent: Agent,
+    messages: list[dict[str, Any]],
+    context_variables: dict[str, Any] | None = None,
+    model_override: str | None = None,
+    debug: bool = False,
+    max_turns: float = float("inf"),
+    execute_tools: bool = True,
+    *,
+    run_id: str | None = None,
+) -> RunRequest:
+    """The arguments of `DurableSwarm.run_and_stream`: Swarm's, then the run's id."""
+    return RunRequest(
+        agent, messages, context_variables, model_override, True, debug, max_turns,
+        execute_tools, run_id=run_id,
+    )  # fmt: skip
 
 
 def waiting_notice(run_id: str, waiting: dict[str, Any]) -> str:
@@ -408,72 +450,24 @@ class DurableSwarm(RunCommands):
         return RunHandle(run_id, await _start(run_id, spec))
 
     @off_event_loop
-    def start(
-        self,
-        agent: Agent,
-        messages: list[dict[str, Any]],
-        context_variables: dict[str, Any] | None = None,
-        model_override: str | None = None,
-        stream: bool = False,
-        debug: bool = False,
-        max_turns: float = float("inf"),
-        execute_tools: bool = True,
-        *,
-        run_id: str | None = None,
-        after_work: Any = None,
-        agents: Sequence[Agent] = (),
-        budget: Budget | None = None,
-    ) -> RunHandle:
+    @takes_run(run_arguments)
+    def start(self, run: RunRequest) -> RunHandle:
         """Start a run without waiting for it; returns its `RunHandle`.
 
         With `run_id` of a run that already exists, attaches to that run: it is never executed
         twice (the other arguments are then ignored). `budget` limits this run's model calls,
         tokens and cost (default: the swarm's `budget`; see `Budget`).
         """
-        return self._start(RunRequest(
-            agent, messages, context_variables, model_override, stream, debug, max_turns,
-            execute_tools, after_work, agents, run_id, budget,
-        ))  # fmt: skip
+        return self._start(run)
 
-    async def astart(
-        self,
-        agent: Agent,
-        messages: list[dict[str, Any]],
-        context_variables: dict[str, Any] | None = None,
-        model_override: str | None = None,
-        stream: bool = False,
-        debug: bool = False,
-        max_turns: float = float("inf"),
-        execute_tools: bool = True,
-        *,
-        run_id: str | None = None,
-        after_work: Any = None,
-        agents: Sequence[Agent] = (),
-        budget: Budget | None = None,
-    ) -> RunHandle:
+    @takes_run(run_arguments)
+    async def astart(self, run: RunRequest) -> RunHandle:
         """`start` for async code (the run executes on the caller's event loop)."""
-        return await self._astart(RunRequest(
-            agent, messages, context_variables, model_override, stream, debug, max_turns,
-            execute_tools, after_work, agents, run_id, budget,
-        ))  # fmt: skip
+        return await self._astart(run)
 
     @off_event_loop
-    def run(
-        self,
-        agent: Agent,
-        messages: list[dict[str, Any]],
-        context_variables: dict[str, Any] | None = None,
-        model_override: str | None = None,
-        stream: bool = False,
-        debug: bool = False,
-        max_turns: float = float("inf"),
-        execute_tools: bool = True,
-        *,
-        run_id: str | None = None,
-        after_work: Any = None,
-        agents: Sequence[Agent] = (),
-        budget: Budget | None = None,
-    ) -> Any:
+    @takes_run(run_arguments)
+    def run(self, run: RunRequest) -> Any:
         """Swarm's `run`, durably: same arguments, same `Response` (or stream of events).
 
         `run_id` names the run (default: a new UUID); running again with the id of an existing
@@ -483,57 +477,23 @@ class DurableSwarm(RunCommands):
         `budget` limits the run (see `start`); the `Response` carries its `usage`. With
         `stream=True` it returns a generator, as Swarm's does: the run starts at its first item.
         """
-        request = RunRequest(
-            agent, messages, context_variables, model_override, stream, debug, max_turns,
-            execute_tools, after_work, agents, run_id, budget,
-        )  # fmt: skip
-        return self._streamed(request) if stream else self._start(request)._result(notice=True)
+        return self._streamed(run) if run.stream else self._start(run)._result(notice=True)
 
     def _streamed(self, run: RunRequest) -> Iterator[dict[str, Any]]:
         """The events of `run`, started when the first one is asked for (not before)."""
         yield from off_event_loop(self._start)(run).events()
 
     @off_event_loop
-    def run_and_stream(
-        self,
-        agent: Agent,
-        messages: list[dict[str, Any]],
-        context_variables: dict[str, Any] | None = None,
-        model_override: str | None = None,
-        debug: bool = False,
-        max_turns: float = float("inf"),
-        execute_tools: bool = True,
-        *,
-        run_id: str | None = None,
-    ) -> Iterator[dict[str, Any]]:
+    @takes_run(streamed_run_arguments)
+    def run_and_stream(self, run: RunRequest) -> Iterator[dict[str, Any]]:
         """`run(..., stream=True)` (Swarm's name for it)."""
-        return self._streamed(RunRequest(
-            agent, messages, context_variables, model_override, True, debug, max_turns,
-            execute_tools, run_id=run_id,
-        ))  # fmt: skip
+        return self._streamed(run)
 
-    async def arun(
-        self,
-        agent: Agent,
-        messages: list[dict[str, Any]],
-        context_variables: dict[str, Any] | None = None,
-        model_override: str | None = None,
-        stream: bool = False,
-        debug: bool = False,
-        max_turns: float = float("inf"),
-        execute_tools: bool = True,
-        *,
-        run_id: str | None = None,
-        after_work: Any = None,
-        agents: Sequence[Agent] = (),
-        budget: Budget | None = None,
-    ) -> Any:
+    @takes_run(run_arguments)
+    async def arun(self, run: RunRequest) -> Any:
         """`run` for async code; with `stream=True` returns an async iterator of events."""
-        handle = await self._astart(RunRequest(
-            agent, messages, context_variables, model_override, stream, debug, max_turns,
-            execute_tools, after_work, agents, run_id, budget,
-        ))  # fmt: skip
-        return handle.aevents() if stream else await handle.aresult()
+        handle = await self._astart(run)
+        return handle.aevents() if run.stream else await handle.aresult()
 
     # --- looking at runs -----------------------------------------------------------------
 
