@@ -14,6 +14,8 @@ with the scenario's agents (`_scenarios.py`), then does one `action`:
 * `read_events`: read `handle(run_id).events()` from the start, one JSON line per event;
 * `ghost_recover`: launch without the agent `Ghost` defined; report the run's status and problem
   once the recovering run reports it; then define `Ghost` and wait for the run;
+* `serve`: serve the queue `queue` as a worker (`run_worker`, its target this module's `SWARMS`)
+  until killed;
 * `swarm_missing`: launch (recovering the run, whose swarm this process lacks), report the run's
   status and problem once the recovering run reports it, and leave with `os._exit(0)`.
 
@@ -165,6 +167,16 @@ def run(config: dict[str, Any]) -> None:
         _scenarios.define_ghost()  # the agent's code is imported now: the run goes on
         wait_until_done(swarm, run_id)
         finish(config, swarm, swarm.handle(run_id).result(), while_missing=missing)
+    elif action == "serve":
+        from durable_swarm.durable import run_worker
+
+        run_worker(
+            "durable._child:SWARMS",
+            queue=config["queue"],
+            database_url=config["database_url"],
+            executor_id=config["executor_id"],
+            poll_interval=0.1,
+        )
     elif action == "swarm_missing":
         swarm.launch()
         deadline = time.monotonic() + 60

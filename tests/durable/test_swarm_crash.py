@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from durable_swarm import Swarm
+from durable_swarm import DurableClient, Swarm
 from durable_swarm.testing import FakeOpenAIServer, ScriptedClient
 
 from . import _scenarios
@@ -125,3 +125,29 @@ def test_a_process_without_the_swarm_leaves_the_run_pending_until_one_has_it(
     assert "it has 'b'" in problem  # what this process has
     assert_finished_on_a(result, expected, models, servers)
     assert executions(procs.work, "note") == ["hello", "hello"]  # not in the lacking process
+
+
+def test_a_thin_clients_run_executes_on_the_swarm_it_names(
+    zygote, children_database_url, tmp_path, expected
+) -> None:
+    queue = f"two-swarms-{uuid.uuid4().hex[:6]}"
+    with two_servers(zygote, tmp_path, children_database_url) as (procs, models, servers):
+        worker = procs.start("worker", action="serve", queue=queue)
+        wait_for_child(lambda: "serving queue" in worker.output(), "the worker", children=(worker,))
+        with DurableClient(children_database_url) as client:
+            on_a = client.start("Triage", USER_MESSAGES, START_CONTEXT, queue=queue, swarm="a")
+            answer = on_a.result(timeout=120)
+            assert answer.messages == expected["messages"]
+            assert answer.context_variables == expected["context_variables"]
+            assert servers["b"].request_count == 0
+            assert servers["a"].request_count == MODEL_CALLS
+            assert [models["a"].arrived(s) for s in range(MODEL_CALLS)] == [1] * MODEL_CALLS
+            # a swarm no worker has: the run waits, pending, saying which swarm to create
+            lost = client.start("Triage", USER_MESSAGES, START_CONTEXT, queue=queue, swarm="c")
+            problem = wait_for_child(
+                lambda: client.get_run(lost.run_id).problem, "the problem", children=(worker,)
+            )
+            assert problem.startswith("waiting for swarm \"c\": create DurableSwarm(..., name='c')")
+            assert client.get_run(lost.run_id).status == "pending"
+            client.cancel(lost.run_id)
+    assert servers["a"].request_count == MODEL_CALLS and servers["b"].request_count == 0
