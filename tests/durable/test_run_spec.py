@@ -202,6 +202,7 @@ def test_a_run_logged_by_an_earlier_release_runs_on_the_default_swarm(
     earlier = {**EARLIER_SWARM_SPEC, "agent": agent_ref(agent), "traceparent": None}
     run_id = _start_spec(earlier)
     assert _answer(default, run_id) == "from default"
+    assert default.get_run(run_id).swarm == "default"
     assert other.client.requests == []
 
 
@@ -210,7 +211,10 @@ def test_runs_use_their_own_swarm_however_many_came_after(durable_swarm_factory)
     a = durable_swarm_factory(ScriptedClient([text("from a")] * 3), name="spec-a").launch()
     b = durable_swarm_factory(ScriptedClient([text("from b")] * 3), name="spec-b")
     # a run started on "a" after "b" was built
-    assert a.run(agent, USER).messages[-1]["content"] == "from a"
+    on_a = f"spec-on-a-{uuid.uuid4().hex[:8]}"
+    assert a.run(agent, USER, run_id=on_a).messages[-1]["content"] == "from a"
+    assert b.get_run(on_a).swarm == "spec-a"  # the run says which swarm it belongs to
+    assert {r.run_id: r.swarm for r in b.list_runs(agent=agent.name)}[on_a] == "spec-a"
     # a run of "a" that this process did not start (recovered, dequeued): found by name
     assert _answer(b, _start_spec(RunSpec.by_name(agent.name, USER, None, swarm="spec-a"))) == (
         "from a"
