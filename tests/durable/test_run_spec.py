@@ -23,7 +23,7 @@ from durable_swarm import Agent, Budget, DurableClient, DurableSwarm, Swarm
 from durable_swarm.durable._log import spec_of
 from durable_swarm.durable._spec import SPEC_VERSION, RunSpec, agent_ref
 from durable_swarm.durable._swarms import registry
-from durable_swarm.durable._workflow import run_workflow
+from durable_swarm.durable._workflow import HOST, run_workflow
 from durable_swarm.errors import DurableSwarmError, SwarmNotFoundError
 from durable_swarm.loop import RunRequest
 from durable_swarm.testing import ScriptedClient, ToolCall, calls, text
@@ -322,3 +322,32 @@ def test_the_run_methods_keep_swarms_signature_written_once() -> None:
         "hello"
     )
     assert memory.run(messages=USER, agent=Agent(), max_turns=1).messages[-1]["content"] == "hello"
+
+
+def test_a_sub_agent_runs_on_its_parents_swarm_and_bindings_end_with_runs(
+    durable_swarm_factory,
+) -> None:
+    helper = Agent(name="spec-helper-agent", model="helper-model")
+    lead = Agent(name="spec-lead", functions=[helper.as_tool()])
+
+    def script(messages: list[dict[str, Any]], tools: Any) -> Any:
+        if messages[-1]["content"] == "find it":  # the sub-agent's task
+            return text("found it")
+        if messages[-1]["role"] == "tool":
+            return text(f"lead says: {messages[-1]['content']}")
+        return calls(ToolCall("delegate_to_spec-helper-agent", {"task": "find it"}))
+
+    parent = durable_swarm_factory(ScriptedClient(script), name="spec-parent", model="lead-model")
+    durable_swarm_factory(ScriptedClient([]), name="spec-not-parent")  # built later
+    run_id = f"spec-parent-{uuid.uuid4().hex[:8]}"
+    answer = parent.run(lead, USER, run_id=run_id)
+    assert answer.messages[-1]["content"] == "lead says: found it"
+    # the child used the parent's client, with its own agent's model (as in memory)
+    assert [r["model"] for r in parent.client.requests] == [
+        "lead-model",
+        "helper-model",
+        "lead-model",
+    ]
+    (child,) = parent.get_run(run_id).children
+    assert parent.get_run(child).swarm == "spec-parent"
+    assert run_id not in HOST.bound and child not in HOST.bound  # nothing kept once they end
