@@ -49,6 +49,7 @@ SAMPLES = [
         attempted="reject",
     ),
     errors.DuplicateAgentError("two agents named x"),
+    errors.ExecutorIdInUseError("worker-1", host="box", pid=4242, heartbeat_age=1.5),
     errors.NonJsonValueError("context_variables", "context_variables['x'] is a set"),
 ]
 
