@@ -22,7 +22,7 @@ from _support.wait import wait_for
 from durable_swarm import Agent, Budget, DurableClient, DurableSwarm, Swarm
 from durable_swarm.durable._log import spec_of
 from durable_swarm.durable._spec import SPEC_VERSION, RunSpec, agent_ref
-from durable_swarm.durable._swarms import registry
+from durable_swarm.durable._swarms import SwarmSettings, registry
 from durable_swarm.durable._workflow import HOST, run_workflow
 from durable_swarm.errors import DurableSwarmError, SwarmNotFoundError
 from durable_swarm.loop import RunRequest
@@ -351,3 +351,12 @@ def test_a_sub_agent_runs_on_its_parents_swarm_and_bindings_end_with_runs(
     (child,) = parent.get_run(run_id).children
     assert parent.get_run(child).swarm == "spec-parent"
     assert run_id not in HOST.bound and child not in HOST.bound  # nothing kept once they end
+
+
+def test_a_swarm_without_a_client_never_takes_another_swarms(monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-used")
+    given = ScriptedClient([])
+    monkeypatch.setattr(HOST, "default_client", given)  # what a worker pointed at a client sets
+    assert registry.client_of(SwarmSettings("default")) is given
+    own = registry.client_of(SwarmSettings("spec-without-client"))
+    assert own is not given and type(own).__name__ == "OpenAI"

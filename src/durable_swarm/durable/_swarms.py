@@ -38,7 +38,8 @@ logger = logging.getLogger("durable_swarm")
 class SwarmSettings:
     """What a run takes from its swarm, as they were when the run began executing here.
 
-    `client` None means the process's default client (`ProcessDefaults.model_client`).
+    `client` None means an `openai.OpenAI()` (the swarm "default": the process's default
+    client, see `SwarmRegistry.client_of`).
     """
 
     name: str
@@ -78,10 +79,12 @@ class ProcessDefaults:
         self._lock = threading.Lock()
 
     def model_client(self) -> Any:
-        """`client`, else one `openai.OpenAI()` made at the first need (it reads
-        `OPENAI_API_KEY` and `OPENAI_BASE_URL`)."""
-        if self.client is not None:
-            return self.client
+        """`client`, else `openai_client()`."""
+        return self.client if self.client is not None else self.openai_client()
+
+    def openai_client(self) -> Any:
+        """One `openai.OpenAI()` made at the first need (it reads `OPENAI_API_KEY` and
+        `OPENAI_BASE_URL`)."""
         with self._lock:
             if self._made is None:
                 from openai import OpenAI
@@ -149,8 +152,14 @@ class SwarmRegistry:
         return settings.budget or self.defaults.budget
 
     def client_of(self, settings: SwarmSettings) -> Any:
-        """The model client of runs of `settings`' swarm: its own, else the process's."""
-        return settings.client if settings.client is not None else self.defaults.model_client()
+        """The model client of runs of `settings`' swarm: its own; else, for the swarm
+        "default", the process's (a worker's model client), and for any other swarm an
+        `openai.OpenAI()` (never a client given for another swarm)."""
+        if settings.client is not None:
+            return settings.client
+        if settings.name == DEFAULT_SWARM:
+            return self.defaults.model_client()
+        return self.defaults.openai_client()
 
     @staticmethod
     def _latest(refs: list[weakref.ref[Any]]) -> Any:
