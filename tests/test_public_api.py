@@ -95,6 +95,7 @@ PUBLIC: dict[str, set[str]] = {
         "RunError",
         "RunNotFoundError",
         "SkillCompositionError",
+        "SwarmNotFoundError",
         "ToolResultNotSerializableError",
         "ToolUnavailableError",
         "WorkspaceError",

@@ -32,6 +32,7 @@ __all__ = [
     "RunError",
     "RunNotFoundError",
     "SkillCompositionError",
+    "SwarmNotFoundError",
     "ToolResultNotSerializableError",
     "ToolUnavailableError",
     "WorkspaceError",
@@ -83,6 +84,41 @@ class AgentNotFoundError(DurableSwarmError):
 
     def _kwargs(self) -> dict[str, Any]:
         return {"name": self.agent_name, "run_id": self.run_id, "message": self.message}
+
+
+class SwarmNotFoundError(DurableSwarmError):
+    """A run belongs to a swarm (a `DurableSwarm`'s `name`) that this process has not created."""
+
+    run_id: str | None
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        run_id: str | None = None,
+        known: list[str] | None = None,
+        message: str | None = None,
+    ):
+        where = f" by run {run_id!r}" if run_id else ""
+        here = ", ".join(repr(n) for n in known or []) or "none but 'default'"
+        super().__init__(
+            message
+            or f"Swarm {name!r} is needed{where} but no DurableSwarm of that name lives in this "
+            f"process (it has {here}). Create DurableSwarm(..., name={name!r}) with the model "
+            "client the run should use, in this process or a worker, and keep it referenced; "
+            "the run stays pending and loses nothing until then.",
+            run_id=run_id,
+        )
+        self.swarm_name = name
+        self.known = list(known or [])
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {
+            "name": self.swarm_name,
+            "run_id": self.run_id,
+            "known": self.known,
+            "message": self.message,
+        }
 
 
 class ModelResponseError(DurableSwarmError):

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from . import tracing
+from ._signature import takes_run
 from .loop import Loop, RunRequest, turn_loop
 from .runtime import InMemoryRuntime, adrive, adrive_stream, drive, drive_stream
 from .usage import Prices, check_prices
@@ -22,6 +23,42 @@ def _default_client() -> Any:
     from openai import OpenAI
 
     return OpenAI()
+
+
+def run_arguments(
+    agent: Agent,
+    messages: list[dict[str, Any]],
+    context_variables: dict[str, Any] | None = None,
+    model_override: str | None = None,
+    stream: bool = False,
+    debug: bool = False,
+    max_turns: float = float("inf"),
+    execute_tools: bool = True,
+    *,
+    after_work: Any = None,
+    agents: Sequence[Agent] = (),
+) -> RunRequest:
+    """The arguments of `Swarm.run` and `arun` (Swarm's, in Swarm's order, then the swarm-level
+    handoff options), as the `RunRequest` they make."""
+    return RunRequest(
+        agent, messages, context_variables, model_override, stream, debug, max_turns,
+        execute_tools, after_work, agents,
+    )  # fmt: skip
+
+
+def streamed_run_arguments(
+    agent: Agent,
+    messages: list[dict[str, Any]],
+    context_variables: dict[str, Any] | None = None,
+    model_override: str | None = None,
+    debug: bool = False,
+    max_turns: float = float("inf"),
+    execute_tools: bool = True,
+) -> RunRequest:
+    """The arguments of Swarm's `run_and_stream`: `run`'s without `stream` (it streams)."""
+    return RunRequest(
+        agent, messages, context_variables, model_override, True, debug, max_turns, execute_tools
+    )
 
 
 def default_model(model: str | None) -> str | None:
@@ -74,20 +111,8 @@ class Swarm:
         self.transitions = runtime.transitions
         return turn_loop(replace(run, model_override=run.model_override or self.model)), runtime
 
-    def run(
-        self,
-        agent: Agent,
-        messages: list[dict[str, Any]],
-        context_variables: dict[str, Any] | None = None,
-        model_override: str | None = None,
-        stream: bool = False,
-        debug: bool = False,
-        max_turns: float = float("inf"),
-        execute_tools: bool = True,
-        *,
-        after_work: Any = None,
-        agents: Sequence[Agent] = (),
-    ) -> Any:
+    @takes_run(run_arguments)
+    def run(self, run: RunRequest) -> Any:
         """Run `agent` on `messages` until it answers without calling a tool.
 
         Returns a `Response` with only the new messages, the agent the run ended on and the
@@ -96,50 +121,21 @@ class Swarm:
         are never modified. `after_work` (an `AfterWork`, `AfterWorkOption`, agent or callable)
         applies to agents without their own; `agents` lists agents that handoffs may name.
         """
-        loop, runtime = self._start(RunRequest(
-            agent, messages, context_variables, model_override, stream, debug, max_turns,
-            execute_tools, after_work, agents,
-        ))  # fmt: skip
-        return drive_stream(loop, runtime) if stream else drive(loop, runtime)
+        loop, runtime = self._start(run)
+        return drive_stream(loop, runtime) if run.stream else drive(loop, runtime)
 
-    def run_and_stream(
-        self,
-        agent: Agent,
-        messages: list[dict[str, Any]],
-        context_variables: dict[str, Any] | None = None,
-        model_override: str | None = None,
-        debug: bool = False,
-        max_turns: float = float("inf"),
-        execute_tools: bool = True,
-    ) -> Iterator[dict[str, Any]]:
+    @takes_run(streamed_run_arguments)
+    def run_and_stream(self, run: RunRequest) -> Iterator[dict[str, Any]]:
         """`run(..., stream=True)` (Swarm's name for it)."""
-        return drive_stream(*self._start(RunRequest(
-            agent, messages, context_variables, model_override, True, debug, max_turns,
-            execute_tools,
-        )))  # fmt: skip
+        return drive_stream(*self._start(run))
 
-    async def arun(
-        self,
-        agent: Agent,
-        messages: list[dict[str, Any]],
-        context_variables: dict[str, Any] | None = None,
-        model_override: str | None = None,
-        stream: bool = False,
-        debug: bool = False,
-        max_turns: float = float("inf"),
-        execute_tools: bool = True,
-        *,
-        after_work: Any = None,
-        agents: Sequence[Agent] = (),
-    ) -> Any:
+    @takes_run(run_arguments)
+    async def arun(self, run: RunRequest) -> Any:
         """`run` for async code: `await swarm.arun(...)` returns a `Response`; with `stream=True`
         it returns an async iterator of the same events as `run(..., stream=True)`.
         `async def` tools are awaited; other tools run in a worker thread."""
-        loop, runtime = self._start(RunRequest(
-            agent, messages, context_variables, model_override, stream, debug, max_turns,
-            execute_tools, after_work, agents,
-        ))  # fmt: skip
-        return adrive_stream(loop, runtime) if stream else await adrive(loop, runtime)
+        loop, runtime = self._start(run)
+        return adrive_stream(loop, runtime) if run.stream else await adrive(loop, runtime)
 
     def astream(
         self,

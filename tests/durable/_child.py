@@ -13,7 +13,15 @@ with the scenario's agents (`_scenarios.py`), then does one `action`:
 * `resume`: as another worker, `resume(run_id)` a run left by a dead process and wait for it;
 * `read_events`: read `handle(run_id).events()` from the start, one JSON line per event;
 * `ghost_recover`: launch without the agent `Ghost` defined; report the run's status and problem
-  once the recovering run reports it; then define `Ghost` and wait for the run.
+  once the recovering run reports it; then define `Ghost` and wait for the run;
+* `serve`: serve the queue `queue` as a worker (`run_worker`, its target this module's `SWARMS`)
+  until killed;
+* `swarm_missing`: launch (recovering the run, whose swarm this process lacks), report the run's
+  status and problem once the recovering run reports it, and leave with `os._exit(0)`.
+
+With `swarms` (`{name: base_url}`), the child builds one `DurableSwarm(client, name=name)` per
+entry, in that order, each with its own client of that server, and acts with the one named
+`run_on` (default: the last built).
 
 The outcome (the `Response`, and the run's status and steps from `get_run`) is written as JSON to
 the `result` file.
@@ -87,17 +95,34 @@ def wait_until_done(swarm: DurableSwarm, run_id: str) -> None:
         time.sleep(0.02)
 
 
+SWARMS: list[DurableSwarm] = []  # every swarm the child built, held for the process's life
+
+
+def build_swarms(config: dict[str, Any]) -> DurableSwarm:
+    """The child's swarms (see the module docstring); returns the one it acts with."""
+    servers = config.get("swarms") or {"default": config["base_url"]}
+    for name, base_url in servers.items():
+        client = openai.OpenAI(
+            base_url=base_url, api_key="fake-key", max_retries=config.get("max_retries", 2)
+        )
+        SWARMS.append(
+            DurableSwarm(
+                client,
+                name=name,
+                database_url=config["database_url"],
+                executor_id=config["executor_id"],
+            )
+        )
+    run_on = config.get("run_on")
+    return next(s for s in SWARMS if s.name == run_on) if run_on else SWARMS[-1]
+
+
 def run(config: dict[str, Any]) -> None:
     """Do what `config` says (see the module docstring)."""
     os.environ[_scenarios.WORK_DIR_ENV] = config["work_dir"]
     if config.get("hang"):
         os.environ[_scenarios.HANG_ENV] = config["hang"]
-    client = openai.OpenAI(
-        base_url=config["base_url"], api_key="fake-key", max_retries=config.get("max_retries", 2)
-    )
-    swarm = DurableSwarm(
-        client, database_url=config["database_url"], executor_id=config["executor_id"]
-    )
+    swarm = build_swarms(config)
     run_id: str = config["run_id"]
     action = config["action"]
     agent = _scenarios.define_ghost() if config.get("agent") == "Ghost" else _scenarios.triage
@@ -142,6 +167,24 @@ def run(config: dict[str, Any]) -> None:
         _scenarios.define_ghost()  # the agent's code is imported now: the run goes on
         wait_until_done(swarm, run_id)
         finish(config, swarm, swarm.handle(run_id).result(), while_missing=missing)
+    elif action == "serve":
+        from durable_swarm.durable import run_worker
+
+        run_worker(
+            "durable._child:SWARMS",
+            queue=config["queue"],
+            database_url=config["database_url"],
+            executor_id=config["executor_id"],
+            poll_interval=0.1,
+        )
+    elif action == "swarm_missing":
+        swarm.launch()
+        deadline = time.monotonic() + 60
+        while (info := swarm.get_run(run_id)).problem is None:
+            assert time.monotonic() < deadline, "the recovered run never reported a problem"
+            time.sleep(0.02)
+        write_json(config["result"], {"status": info.status, "problem": info.problem})
+        os._exit(0)
     elif action in ("tool_interrupt", "model_interrupt"):
         interrupt_run(config, in_model=action == "model_interrupt")
     else:

@@ -17,6 +17,7 @@ from durable_swarm import Agent, errors
 SAMPLES = [
     errors.DurableSwarmError("plain", run_id="r1"),
     errors.AgentNotFoundError("Triage", run_id="r2"),
+    errors.SwarmNotFoundError("support", run_id="r2s", known=["default", "billing"]),
     errors.ModelResponseError("no choices", agent="Triage", run_id="r3"),
     errors.ModelCallError(
         run_id="r5",
@@ -48,6 +49,7 @@ SAMPLES = [
         attempted="reject",
     ),
     errors.DuplicateAgentError("two agents named x"),
+    errors.ExecutorIdInUseError("worker-1", host="box", pid=4242, heartbeat_age=1.5),
     errors.NonJsonValueError("context_variables", "context_variables['x'] is a set"),
 ]
 

@@ -10,7 +10,6 @@ front end or a script can drive runs that only the workers can execute.
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ from ._control import ClientSource, RunCommands, RunControl
 from ._database import display_url, is_postgres, resolve_database_url, sqlite_path
 from ._log import EVENTS_STREAM, WORKFLOW_NAME, JsonSerializer, StoredResult, naming_run
 from ._runs import RunInfo, step_outputs
+from ._spec import DEFAULT_SWARM, RunSpec, check_swarm_name
 from ._values import check_input, check_messages
 
 if TYPE_CHECKING:
@@ -199,6 +199,7 @@ class DurableClient(RunCommands):
         debug: bool = False,
         execute_tools: bool = True,
         budget: Budget | None = None,
+        swarm: str = DEFAULT_SWARM,
     ) -> ClientRunHandle:
         """Enqueue a run of the agent named `agent` on `queue`; returns its handle at once.
 
@@ -208,7 +209,13 @@ class DurableClient(RunCommands):
         (cancel it with `cancel(run_id)` otherwise). With `run_id` of an existing run, attaches
         to that run: it is never executed twice. `max_turns=None` means no limit; `stream=True`
         makes the run publish its events (read them with `handle.events()`). `budget` limits the
-        run (see `Budget`); without one, the worker's default budget applies.
+        run (see `Budget`); without one, its swarm's default budget applies.
+
+        `swarm` names the swarm the run belongs to (a `DurableSwarm`'s `name` in the workers,
+        default "default"): the worker that runs it uses that swarm's model client, model,
+        retries, prices and limits. A worker that has no swarm of that name leaves the run
+        pending, its `get_run(run_id).problem` saying which swarm to create, until a worker
+        that has it takes the run.
         """
         if not isinstance(agent, str) or not agent:
             raise DurableSwarmError(
@@ -219,26 +226,23 @@ class DurableClient(RunCommands):
             # Attach. (Enqueueing again would attach too, but a run recovered off its queue
             # makes DBOS warn that the queue is not updated.)
             return ClientRunHandle(self, run_id)
+        check_swarm_name(swarm)
         check_messages(messages)
         check_input(messages, context_variables)  # JSON only, before anything is stored
-        spec = {
-            "agent": {"name": agent, "fingerprint": None},
-            "messages": copy.deepcopy(messages),
-            "context_variables": copy.deepcopy(context_variables or {}),
-            "model_override": model_override,
-            "stream": stream,
-            "debug": debug,
-            "max_turns": max_turns,
-            "execute_tools": execute_tools,
-            "after_work": None,
-            "agents": [],
-        }
-        traceparent = tracing.current_traceparent()
-        if traceparent:  # the run's spans join the caller's trace
-            spec["traceparent"] = traceparent
-        limits = check_budget(budget)
-        if limits is not None:
-            spec["budget"] = limits.to_json()
+        spec = RunSpec.by_name(
+            agent,
+            messages,
+            context_variables,
+            swarm=swarm,
+            model_override=model_override,
+            stream=stream,
+            debug=debug,
+            max_turns=max_turns,
+            execute_tools=execute_tools,
+            budget=check_budget(budget),
+            # the run's spans join the caller's trace
+            traceparent=tracing.current_traceparent() or None,
+        )
         options: EnqueueOptions = {
             "workflow_name": WORKFLOW_NAME,
             "queue_name": queue,
@@ -246,7 +250,7 @@ class DurableClient(RunCommands):
         }
         if run_id is not None:
             options["workflow_id"] = run_id
-        handle: Any = self._dbos.enqueue(options, spec)
+        handle: Any = self._dbos.enqueue(options, spec.to_json())
         return ClientRunHandle(self, handle.get_workflow_id())
 
     def handle(self, run_id: str) -> ClientRunHandle:

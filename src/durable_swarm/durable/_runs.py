@@ -17,6 +17,7 @@ from ..errors import RunNotFoundError
 from ..human import Decision, arguments_digest
 from ..usage import Tally, Usage
 from ._log import WAITING_EVENT, StoredResult, call_usage, context_after, spec_of, step_kind
+from ._spec import RunSpec
 
 __all__ = [
     "DBOS_STATUSES",
@@ -89,6 +90,8 @@ class RunInfo:
     `usage` is the token usage and cost of the run's model calls, its finished sub-agents'
     included (None in a listing of a run that has not finished: `get_run` reads its steps);
     `usage_by_agent` is the same per agent name, sub-agents' agents shown on their own.
+    `swarm` is the name of the swarm the run belongs to, whose model client and limits it runs
+    with ("default" for runs of releases that did not record it; None if its input is unknown).
     """
 
     run_id: str
@@ -109,6 +112,7 @@ class RunInfo:
     problem: str | None = None
     usage: Usage | None = None
     usage_by_agent: dict[str, Usage] = field(default_factory=dict)
+    swarm: str | None = None
 
     @property
     def cost_usd(self) -> float | None:
@@ -165,6 +169,7 @@ def summarize(status: Any, waiting: dict[str, Any] | None = None) -> RunInfo:
         input_messages=len(spec.get("messages") or []),
         usage=tally.total if tally else None,
         usage_by_agent=dict(tally.by_agent) if tally else {},
+        swarm=RunSpec.swarm_of(spec) if spec else None,
     )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import queue
 import threading
@@ -15,6 +14,7 @@ from dbos import DBOS, SetWorkflowID
 
 from .. import tracing
 from .._aio import in_event_loop, off_event_loop
+from .._signature import takes_run
 from ..errors import AgentNotFoundError, DurableSwarmError
 from ..loop import RunRequest, known_agents
 from ..swarm import default_model
@@ -24,23 +24,18 @@ from . import _dbos
 from ._control import RunCommands, RunControl
 from ._database import resolve_database_url
 from ._failures import DEFAULT_MODEL_RETRIES
-from ._log import StoredResult, naming_run
+from ._log import StoredResult, naming_run, spec_of
 from ._ownership import timing
 from ._runs import RunInfo, read_run, step_outputs
+from ._spec import DEFAULT_SWARM, RunSpec, check_swarm_name
+from ._swarms import SwarmSettings, registry
 from ._values import DEFAULT_MAX_RESULT_CHARS, check_input, check_messages
-from ._workflow import (
-    EVENTS_STREAM,
-    HOST,
-    WAITING_EVENT,
-    agent_ref,
-    encode_max_turns,
-    encode_target,
-    run_workflow,
-)
+from ._workflow import EVENTS_STREAM, HOST, WAITING_EVENT, run_workflow
 
 __all__ = ["DurableSwarm", "RunHandle"]
 
 _POLL_SECONDS = 0.05
+_ENDED_AGAIN = ("ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED")  # what resume restarts
 _NOTICE_FIRST, _NOTICE_MAX = 0.2, 5.0
 logger = logging.getLogger("durable_swarm")
 
@@ -64,20 +59,21 @@ def _response(run_id: str, output: dict[str, Any]) -> Response:
     )
 
 
-def _begin_trace(run_id: str, agent: Agent, spec: dict[str, Any]) -> None:
-    """Open the run's span (under the caller's current span) and store its context with the
-    run, so every later execution of the run continues this trace."""
+def _begin_trace(run_id: str, agent: Agent, spec: RunSpec) -> RunSpec:
+    """Open the run's span (under the caller's current span); returns `spec` with its context,
+    stored with the run, so every later execution of the run continues this trace."""
     trace = tracing.start_run(agent.name, run_id=run_id)
-    if trace is not None:
-        HOST.run_traces[run_id] = trace
-        spec["traceparent"] = trace.traceparent
+    if trace is None:
+        return spec
+    HOST.run_traces[run_id] = trace
+    return spec.with_traceparent(trace.traceparent)
 
 
-async def _start(run_id: str, spec: dict[str, Any]) -> Any:
+async def _start(run_id: str, spec: RunSpec) -> Any:
     """Start the run's workflow on the running event loop: it is a task there, not a thread."""
     _dbos.note_taken([run_id])
     with SetWorkflowID(run_id):
-        return await DBOS.start_workflow_async(run_workflow, spec)
+        return await DBOS.start_workflow_async(run_workflow, spec.to_json())
 
 
 def _through_thread(produce: Callable[[], Iterator[Any]]) -> Iterator[Any]:
@@ -106,6 +102,47 @@ def _events(items: Iterator[Any]) -> Iterator[dict[str, Any]]:
     for item in items:
         if isinstance(item, dict) and "event" in item:
             yield item["event"]
+
+
+def run_arguments(
+    agent: Agent,
+    messages: list[dict[str, Any]],
+    context_variables: dict[str, Any] | None = None,
+    model_override: str | None = None,
+    stream: bool = False,
+    debug: bool = False,
+    max_turns: float = float("inf"),
+    execute_tools: bool = True,
+    *,
+    run_id: str | None = None,
+    after_work: Any = None,
+    agents: Sequence[Agent] = (),
+    budget: Budget | None = None,
+) -> RunRequest:
+    """The arguments of `DurableSwarm.run`, `start`, `arun` and `astart`: Swarm's `run`
+    arguments, then the run's id, the swarm-level handoff options and its budget."""
+    return RunRequest(
+        agent, messages, context_variables, model_override, stream, debug, max_turns,
+        execute_tools, after_work, agents, run_id, budget,
+    )  # fmt: skip
+
+
+def streamed_run_arguments(
+    agent: Agent,
+    messages: list[dict[str, Any]],
+    context_variables: dict[str, Any] | None = None,
+    model_override: str | None = None,
+    debug: bool = False,
+    max_turns: float = float("inf"),
+    execute_tools: bool = True,
+    *,
+    run_id: str | None = None,
+) -> RunRequest:
+    """The arguments of `DurableSwarm.run_and_stream`: Swarm's, then the run's id."""
+    return RunRequest(
+        agent, messages, context_variables, model_override, True, debug, max_turns,
+        execute_tools, run_id=run_id,
+    )  # fmt: skip
 
 
 def waiting_notice(run_id: str, waiting: dict[str, Any]) -> str:
@@ -261,6 +298,18 @@ class DurableSwarm(RunCommands):
             stored with each run, so its cost is the same wherever it resumes.
         max_result_chars: the longest tool result (and input message) a run stores; a longer
             tool result reaches the model as an error instead (default 4,000,000 characters).
+        name: the swarm's name (default "default"), recorded with every run it starts. A run
+            belongs to its swarm: wherever it is recovered, taken over, resumed or dequeued, it
+            uses the client, model, retries, budget, prices and limits of the `DurableSwarm` of
+            that name in that process, never another's; a process with none of that name leaves
+            the run pending, its `get_run(run_id).problem` saying which swarm to create. Give
+            each swarm of a process (one per model endpoint, say) its own name, and build them
+            the same way in every process that serves their runs. Settable: runs started later
+            record the new name.
+
+    A swarm serves its name while the program holds it (or until `close()`). Two live swarms of
+    one name in a process: the later one serves the runs recovered or dequeued here (a warning
+    says so when their settings differ); each one's own runs started here keep its settings.
 
     Runs store only JSON: a run's input that is not JSON raises `NonJsonValueError` naming the
     key, before anything is stored; a tool whose result cannot be stored answers the model with
@@ -286,6 +335,7 @@ class DurableSwarm(RunCommands):
         budget: Budget | None = None,
         prices: Prices | None = None,
         max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+        name: str = DEFAULT_SWARM,
     ) -> None:
         if isinstance(max_result_chars, bool) or not isinstance(max_result_chars, int):
             raise TypeError(f"max_result_chars must be an int, got {max_result_chars!r}")
@@ -305,12 +355,42 @@ class DurableSwarm(RunCommands):
         self.heartbeat_interval, self.dead_after = timing(heartbeat_interval, dead_after)
         self.budget = check_budget(budget)
         self.prices = check_prices(prices)
-        if client:
-            HOST.default_client = client
-        if budget is not None:
-            HOST.default_budget = budget
-        if prices:
-            HOST.default_prices = self.prices
+        self._name = check_swarm_name(name)
+        registry.add(self)
+
+    def __repr__(self) -> str:
+        return f"DurableSwarm(name={self._name!r}, database_url={self.database_url!r})"
+
+    @property
+    def name(self) -> str:
+        """The name runs started here record, by which any process finds their swarm."""
+        return self._name
+
+    @name.setter
+    def name(self, name: str) -> None:
+        name = check_swarm_name(name)
+        registry.remove(self)
+        self._name = name
+        registry.add(self)
+
+    def run_settings(self) -> SwarmSettings:
+        """What a run of this swarm takes from it, as they are now (its client, model,
+        retries, budget, prices and result limit)."""
+        return SwarmSettings(
+            name=self._name,
+            client=self.client,
+            model=self.model,
+            model_retries=self.model_retries,
+            budget=self.budget,
+            prices=self.prices,
+            max_result_chars=self.max_result_chars,
+        )
+
+    def close(self) -> None:
+        """Stop serving this swarm's name in this process: runs of that name recovered or
+        dequeued here afterwards wait for another swarm of the name. Runs already executing go
+        on; DBOS stays launched (it is the process's; see `durable_swarm.durable.shutdown`)."""
+        registry.remove(self)
 
     def launch(self) -> DurableSwarm:
         """Start DBOS on this swarm's database now (otherwise done by the first call)."""
@@ -325,35 +405,32 @@ class DurableSwarm(RunCommands):
 
     # --- starting runs -------------------------------------------------------------------
 
-    def _spec(self, run: RunRequest) -> tuple[str, dict[str, Any]]:
-        """Check `run`'s input, launch DBOS, and return the run's id and its workflow input."""
+    def _spec(self, run: RunRequest) -> tuple[str, RunSpec]:
+        """Check `run`'s input, launch DBOS, and return the run's id and its spec."""
         check_messages(run.messages)
         check_input(run.messages, run.context_variables, self.max_result_chars)  # JSON, first
         known_agents(run.agent, run.agents, run.after_work)  # one name, one agent: checked first
-        budget = check_budget(run.budget) or self.budget
+        check_budget(run.budget)
         self.launch()
         run_id = run.run_id or str(uuid.uuid4())
-        if self.client:
-            HOST.set_client(run_id, self.client)
         for known in (run.agent, *run.agents):
             HOST.remember(run_id, known)
-        spec = {
-            "agent": agent_ref(run.agent),
-            "messages": copy.deepcopy(run.messages),
-            "context_variables": copy.deepcopy(run.context_variables or {}),
-            "model_override": run.model_override or self.model,
-            "model_retries": self.model_retries,
-            "stream": run.stream,
-            "debug": run.debug,
-            "max_turns": encode_max_turns(run.max_turns),
-            "execute_tools": run.execute_tools,
-            "after_work": encode_target(run.after_work),
-            "agents": [agent_ref(a) for a in run.agents],
-            "budget": budget.to_json() if budget is not None else None,
-            "prices": self.prices,
-            "max_result_chars": self.max_result_chars,
-        }
+        spec = RunSpec.of_request(
+            run,
+            swarm=self._name,
+            model=self.model,
+            model_retries=self.model_retries,
+            budget=self.budget,
+            prices=self.prices,
+            max_result_chars=self.max_result_chars,
+        )
         return run_id, spec
+
+    def _begin(self, run_id: str, run: RunRequest, spec: RunSpec) -> RunSpec:
+        """Bind the new run `run_id` to this swarm's settings while it executes here, and open
+        its trace; returns the spec to store."""
+        HOST.bind(run_id, self.run_settings())
+        return _begin_trace(run_id, run.agent, spec)
 
     def _start(self, run: RunRequest) -> RunHandle:
         """`start`: the run's workflow on DBOS's event loop (or the existing run `run_id` names)."""
@@ -361,7 +438,7 @@ class DurableSwarm(RunCommands):
         # a new UUID cannot name an existing run: only a given id is looked up
         if run.run_id is not None and DBOS.get_workflow_status(run_id) is not None:
             return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
-        _begin_trace(run_id, run.agent, spec)
+        spec = self._begin(run_id, run, spec)
         return RunHandle(run_id, on_loop=_dbos.on_dbos_loop(_start(run_id, spec)))
 
     async def _astart(self, run: RunRequest) -> RunHandle:
@@ -369,76 +446,28 @@ class DurableSwarm(RunCommands):
         run_id, spec = self._spec(run)
         if run.run_id is not None and await DBOS.get_workflow_status_async(run_id) is not None:
             return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
-        _begin_trace(run_id, run.agent, spec)
+        spec = self._begin(run_id, run, spec)
         return RunHandle(run_id, await _start(run_id, spec))
 
     @off_event_loop
-    def start(
-        self,
-        agent: Agent,
-        messages: list[dict[str, Any]],
-        context_variables: dict[str, Any] | None = None,
-        model_override: str | None = None,
-        stream: bool = False,
-        debug: bool = False,
-        max_turns: float = float("inf"),
-        execute_tools: bool = True,
-        *,
-        run_id: str | None = None,
-        after_work: Any = None,
-        agents: Sequence[Agent] = (),
-        budget: Budget | None = None,
-    ) -> RunHandle:
+    @takes_run(run_arguments)
+    def start(self, run: RunRequest) -> RunHandle:
         """Start a run without waiting for it; returns its `RunHandle`.
 
         With `run_id` of a run that already exists, attaches to that run: it is never executed
         twice (the other arguments are then ignored). `budget` limits this run's model calls,
         tokens and cost (default: the swarm's `budget`; see `Budget`).
         """
-        return self._start(RunRequest(
-            agent, messages, context_variables, model_override, stream, debug, max_turns,
-            execute_tools, after_work, agents, run_id, budget,
-        ))  # fmt: skip
+        return self._start(run)
 
-    async def astart(
-        self,
-        agent: Agent,
-        messages: list[dict[str, Any]],
-        context_variables: dict[str, Any] | None = None,
-        model_override: str | None = None,
-        stream: bool = False,
-        debug: bool = False,
-        max_turns: float = float("inf"),
-        execute_tools: bool = True,
-        *,
-        run_id: str | None = None,
-        after_work: Any = None,
-        agents: Sequence[Agent] = (),
-        budget: Budget | None = None,
-    ) -> RunHandle:
+    @takes_run(run_arguments)
+    async def astart(self, run: RunRequest) -> RunHandle:
         """`start` for async code (the run executes on the caller's event loop)."""
-        return await self._astart(RunRequest(
-            agent, messages, context_variables, model_override, stream, debug, max_turns,
-            execute_tools, after_work, agents, run_id, budget,
-        ))  # fmt: skip
+        return await self._astart(run)
 
     @off_event_loop
-    def run(
-        self,
-        agent: Agent,
-        messages: list[dict[str, Any]],
-        context_variables: dict[str, Any] | None = None,
-        model_override: str | None = None,
-        stream: bool = False,
-        debug: bool = False,
-        max_turns: float = float("inf"),
-        execute_tools: bool = True,
-        *,
-        run_id: str | None = None,
-        after_work: Any = None,
-        agents: Sequence[Agent] = (),
-        budget: Budget | None = None,
-    ) -> Any:
+    @takes_run(run_arguments)
+    def run(self, run: RunRequest) -> Any:
         """Swarm's `run`, durably: same arguments, same `Response` (or stream of events).
 
         `run_id` names the run (default: a new UUID); running again with the id of an existing
@@ -448,57 +477,23 @@ class DurableSwarm(RunCommands):
         `budget` limits the run (see `start`); the `Response` carries its `usage`. With
         `stream=True` it returns a generator, as Swarm's does: the run starts at its first item.
         """
-        request = RunRequest(
-            agent, messages, context_variables, model_override, stream, debug, max_turns,
-            execute_tools, after_work, agents, run_id, budget,
-        )  # fmt: skip
-        return self._streamed(request) if stream else self._start(request)._result(notice=True)
+        return self._streamed(run) if run.stream else self._start(run)._result(notice=True)
 
     def _streamed(self, run: RunRequest) -> Iterator[dict[str, Any]]:
         """The events of `run`, started when the first one is asked for (not before)."""
         yield from off_event_loop(self._start)(run).events()
 
     @off_event_loop
-    def run_and_stream(
-        self,
-        agent: Agent,
-        messages: list[dict[str, Any]],
-        context_variables: dict[str, Any] | None = None,
-        model_override: str | None = None,
-        debug: bool = False,
-        max_turns: float = float("inf"),
-        execute_tools: bool = True,
-        *,
-        run_id: str | None = None,
-    ) -> Iterator[dict[str, Any]]:
+    @takes_run(streamed_run_arguments)
+    def run_and_stream(self, run: RunRequest) -> Iterator[dict[str, Any]]:
         """`run(..., stream=True)` (Swarm's name for it)."""
-        return self._streamed(RunRequest(
-            agent, messages, context_variables, model_override, True, debug, max_turns,
-            execute_tools, run_id=run_id,
-        ))  # fmt: skip
+        return self._streamed(run)
 
-    async def arun(
-        self,
-        agent: Agent,
-        messages: list[dict[str, Any]],
-        context_variables: dict[str, Any] | None = None,
-        model_override: str | None = None,
-        stream: bool = False,
-        debug: bool = False,
-        max_turns: float = float("inf"),
-        execute_tools: bool = True,
-        *,
-        run_id: str | None = None,
-        after_work: Any = None,
-        agents: Sequence[Agent] = (),
-        budget: Budget | None = None,
-    ) -> Any:
+    @takes_run(run_arguments)
+    async def arun(self, run: RunRequest) -> Any:
         """`run` for async code; with `stream=True` returns an async iterator of events."""
-        handle = await self._astart(RunRequest(
-            agent, messages, context_variables, model_override, stream, debug, max_turns,
-            execute_tools, after_work, agents, run_id, budget,
-        ))  # fmt: skip
-        return handle.aevents() if stream else await handle.aresult()
+        handle = await self._astart(run)
+        return handle.aevents() if run.stream else await handle.aresult()
 
     # --- looking at runs -----------------------------------------------------------------
 
@@ -552,14 +547,44 @@ class DurableSwarm(RunCommands):
 
         A failed run is rewound to the step that failed (finished steps are kept), so once the
         cause is fixed (a model endpoint back up, a bug fixed in a tool) it goes on. A run
-        stopped by its `Budget` goes on with `budget` (a higher one) in its place.
+        stopped by its `Budget` goes on with `budget` (a higher one) in its place. The run
+        goes on with the settings of its own swarm (this one, when it has this swarm's name and
+        goes on in this process).
         """
-        return RunHandle(self.runs.resume(run_id, budget))
+        self.launch()
+        status = DBOS.get_workflow_status(run_id)
+        again = status is not None and status.status in _ENDED_AGAIN
+        if again:
+            self._bind_if_mine(run_id, status)
+        try:
+            return RunHandle(self.runs.resume(run_id, budget))
+        except BaseException:
+            if again:
+                HOST.finished_here(run_id)
+            raise
 
     @off_event_loop
     def fork(self, run_id: str, step: int, *, new_run_id: str | None = None) -> RunHandle:
-        """A new run that copies `run_id`'s steps before `step` and runs the rest again."""
-        return RunHandle(self.runs.fork(run_id, step, new_run_id))
+        """A new run that copies `run_id`'s steps before `step` and runs the rest again, with
+        the settings of `run_id`'s swarm (this one, when it has this swarm's name and the fork
+        runs in this process)."""
+        self.launch()
+        new_run_id = new_run_id or str(uuid.uuid4())
+        status = DBOS.get_workflow_status(run_id)
+        if status is not None:
+            self._bind_if_mine(new_run_id, status)
+        try:
+            return RunHandle(self.runs.fork(run_id, step, new_run_id))
+        except BaseException:
+            HOST.finished_here(new_run_id)
+            raise
+
+    def _bind_if_mine(self, run_id: str, status: Any) -> None:
+        """Have `run_id` (resumed or forked from the run of `status`) execute with this swarm's
+        settings if it executes here and belongs to this swarm's name; a run of another swarm
+        finds its own by name."""
+        if RunSpec.swarm_of(spec_of(status)) == self._name:
+            HOST.bind(run_id, self.run_settings())
 
     async def acancel(self, run_id: str) -> None:
         """`cancel` for async code."""

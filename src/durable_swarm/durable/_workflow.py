@@ -19,12 +19,11 @@ import copy
 import inspect
 import json
 import logging
-import math
 import os
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import dbos
@@ -39,9 +38,10 @@ from ..errors import (
     BudgetExceededError,
     DatabaseFaultError,
     DurableSwarmError,
+    SwarmNotFoundError,
     ToolResultNotSerializableError,
 )
-from ..handoffs import AfterWork, AfterWorkOption
+from ..handoffs import AfterWorkOption
 from ..human import arguments_digest
 from ..loop import (
     ListTools,
@@ -67,7 +67,7 @@ from ..usage import Budget, Tally, call_cost
 from . import _dbos, _drain
 from ._database import describe_fault, display_url, transient_fault
 from ._dbos import executor_for_tool, note_tool_time
-from ._failures import DEFAULT_MODEL_RETRIES, model_failure, without_retries
+from ._failures import model_failure, without_retries
 from ._log import (
     BUDGET_TOPIC,
     EVENTS_STREAM,
@@ -84,7 +84,9 @@ from ._log import (
     stored_in_step,
 )
 from ._notices import Notices
-from ._values import DEFAULT_MAX_RESULT_CHARS, json_problem
+from ._spec import RunSpec, agent_ref, encode_target
+from ._swarms import DEFAULTS, SwarmSettings, registry
+from ._values import json_problem
 from ._waits import watcher_for
 
 logger = logging.getLogger("durable_swarm")
@@ -107,41 +109,63 @@ _SQLALCHEMY_DIR = os.path.dirname(os.path.abspath(sa.__file__))
 _STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__))
 
 
-def agent_ref(agent: Any) -> dict[str, str]:
-    """How the log names an agent: its name and the fingerprint of its definition."""
-    return {"name": agent.name, "fingerprint": _registry.fingerprint(agent)}
-
-
 class RunHost:
-    """What a run needs from the process it runs in: the model client and the live agents.
+    """What a run needs from the process it runs in: its swarm's settings and the live agents.
 
-    Entries are dropped when a run's result is read, and the oldest go first past `LIMIT` runs,
-    so a long-lived process does not grow without bound.
+    A run started here (or a sub-agent of a run executing here) is bound to the settings of the
+    swarm that started it until its execution here ends; any other run finds its swarm by the
+    name its spec records (`_swarms.registry`). Live agents are dropped when a run's result is
+    read, and the oldest go first past `LIMIT` runs (an agent not found live is resolved through
+    the agent registry), so a long-lived process does not grow without bound.
     """
 
     LIMIT = 10_000
 
     def __init__(self) -> None:
-        self.clients: OrderedDict[str, Any] = OrderedDict()
         self.live_agents: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self.default_client: Any = None
-        self.default_budget: Budget | None = None  # for runs started without one (workers)
-        self.default_prices: dict[str, dict[str, float]] = {}
+        self.bound: dict[str, SwarmSettings] = {}  # runs started here, while they execute
         self.run_traces: dict[str, tracing.Run] = {}  # spans of runs started here, not begun
         self.problems: dict[str, str] = {}
 
-    def set_client(self, run_id: str, client: Any) -> None:
-        self.clients[run_id] = client
-        while len(self.clients) > self.LIMIT:
-            self.clients.popitem(last=False)
+    @property
+    def default_client(self) -> Any:
+        """The model client of runs of the swarm "default" when no `DurableSwarm` of that name
+        lives in this process (a worker's model client); None: `openai.OpenAI()`."""
+        return DEFAULTS.client
 
-    def client_for(self, run_id: str) -> Any:
-        client = self.clients.get(run_id) or self.default_client
-        if client is None:
-            from openai import OpenAI
+    @default_client.setter
+    def default_client(self, client: Any) -> None:
+        DEFAULTS.client = client
 
-            client = self.default_client = OpenAI()
-        return client
+    @property
+    def default_budget(self) -> Budget | None:
+        """The budget of runs started without one whose swarm has none (a worker's
+        `--budget`)."""
+        return DEFAULTS.budget
+
+    @default_budget.setter
+    def default_budget(self, budget: Budget | None) -> None:
+        DEFAULTS.budget = budget
+
+    def bind(self, run_id: str, settings: SwarmSettings) -> None:
+        """Run `run_id`, about to start here, with `settings` (its starter's) while it executes."""
+        self.bound[run_id] = settings
+
+    async def await_swarm(self, run_id: str, name: str) -> SwarmSettings:
+        """The settings `run_id` runs with: its starter's when it started here, else those of
+        the swarm named `name` in this process, waiting (as `await_agent` does, the run pending
+        with a notice) until one exists."""
+        bound = self.bound.get(run_id)
+        if bound is not None:
+            return bound
+        settings: SwarmSettings = await self.await_known(
+            run_id, lambda: registry.settings(name, run_id=run_id), f'swarm "{name}"'
+        )
+        return settings
+
+    def finished_here(self, run_id: str) -> None:
+        """`run_id`'s execution here ended (finished, failed, cancelled or handed back)."""
+        self.bound.pop(run_id, None)
 
     def remember(self, run_id: str, agent: Any) -> None:
         self.live_agents.setdefault(run_id, {})[agent.name] = agent
@@ -149,18 +173,17 @@ class RunHost:
             self.live_agents.popitem(last=False)
 
     def forget(self, run_id: str) -> None:
-        self.clients.pop(run_id, None)
         self.live_agents.pop(run_id, None)
         self.problems.pop(run_id, None)
 
-    def lookup(self, run_id: str, ref: dict[str, Any]) -> Any:
+    def lookup(self, run_id: str, ref: Mapping[str, Any]) -> Any:
         """The agent `ref` names: the object this run met in this process, else the registry."""
         live = self.live_agents.get(run_id, {}).get(ref["name"])
         if live is not None:
             return live
         return _registry.resolve(ref["name"], ref.get("fingerprint"), run_id=run_id)
 
-    async def await_agent(self, run_id: str, ref: dict[str, Any]) -> Any:
+    async def await_agent(self, run_id: str, ref: Mapping[str, Any]) -> Any:
         """`lookup`, waiting (without failing the run) until the agent's code is imported.
 
         The run stays pending with a notice any process can read (`get_run(...).problem`); it
@@ -173,14 +196,15 @@ class RunHost:
         return agent
 
     async def await_known(self, run_id: str, lookup: Callable[[], Any], what: str) -> Any:
-        """`lookup()`, retried as `await_agent` waits while it raises `AgentNotFoundError`, until
-        this process knows `what` it names (an agent, or a function of a handoff rule)."""
+        """`lookup()`, retried as `await_agent` waits while it raises `AgentNotFoundError` (or
+        `SwarmNotFoundError`), until this process knows `what` it names (an agent, a function
+        of a handoff rule, or a swarm)."""
         since = checked = time.monotonic()
         noticed = False
         while True:
             try:
                 found = lookup()
-            except AgentNotFoundError as e:
+            except (AgentNotFoundError, SwarmNotFoundError) as e:
                 if not noticed:
                     noticed = True
                     await asyncio.to_thread(self._notice, run_id, what, e)
@@ -202,11 +226,18 @@ class RunHost:
                 await asyncio.to_thread(self._clear_notice, run_id)
             return found
 
-    def _notice(self, run_id: str, what: str, error: AgentNotFoundError) -> None:
-        """Tell the log and every reader of the run that it waits for `what` (an agent)."""
+    def _notice(
+        self, run_id: str, what: str, error: AgentNotFoundError | SwarmNotFoundError
+    ) -> None:
+        """Tell the log and every reader of the run that it waits for `what` (an agent...)."""
+        remedy = (
+            f"create DurableSwarm(..., name={error.swarm_name!r}) in a worker"
+            if isinstance(error, SwarmNotFoundError)
+            else "import it in a worker"
+        )
         notice = (
-            f"waiting for {what}: import it in a worker (or the process that runs "
-            f"this run); the run stays pending and loses nothing. ({error})"
+            f"waiting for {what}: {remedy} (or the process that runs this run); the run "
+            f"stays pending and loses nothing. ({error})"
         )
         logger.warning("Run %s is %s", run_id, notice)
         self.problems[run_id] = notice
@@ -357,19 +388,24 @@ class DurableRuntime:
     def __init__(
         self,
         run: RunRequest,
-        model_retries: int = DEFAULT_MODEL_RETRIES,
-        prices: dict[str, dict[str, float]] | None = None,
+        spec: RunSpec,
+        settings: SwarmSettings,
         trace: tracing.Run | None = None,
-        max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
     ) -> None:
         assert run.run_id is not None
         self.run_id: str = run.run_id
-        self.model_retries = model_retries
+        self.spec = spec
+        self.settings = settings  # the run's swarm's, as this execution began
+        self.client = registry.client_of(settings)
+        # The options the spec stores, else its swarm's.
+        retries = spec.model_retries
+        self.model_retries = settings.model_retries if retries is None else retries
         self.budget = run.budget  # raised by `resume(run_id, budget=...)` while the run waits
-        self.prices = prices or {}
+        prices = settings.prices if spec.prices is None else spec.prices
+        self.prices: dict[str, Mapping[str, float]] = dict(prices)
         self.tally = Tally()
         self.trace = trace  # this execution's run span (ended by `adrive`)
-        self.max_result_chars = max_result_chars
+        self.max_result_chars = spec.max_result_chars or settings.max_result_chars
         # id(call) -> child handle or error message; calls live in the history, so ids stay unique
         self._children: dict[int, Any] = {}
         self._child_count = 0
@@ -405,7 +441,7 @@ class DurableRuntime:
     async def acall_model(self, effect: ModelCall) -> dict[str, Any]:
         sender = effect.agent.name
         await self._check_budget(effect)
-        client = HOST.client_for(self.run_id)
+        client = self.client
         requester = without_retries(client)  # the step's retries are the only ones
         model_name = effect.request.get("model")
         step: list[int | None] = []
@@ -693,24 +729,24 @@ class DurableRuntime:
             child_id = f"{self.run_id}-sub{self._child_count}"
             delegate = tool_spec(function).delegate
             HOST.remember(child_id, delegate)
-            HOST.set_client(child_id, HOST.client_for(self.run_id))
-            spec = {
-                "agent": agent_ref(delegate),
-                "messages": [{"role": "user", "content": task}],
-                "context_variables": {},
-                "parent": self.run_id,
-                "tool_call_id": call.get("id"),
-                "model_retries": self.model_retries,
-                "prices": self.prices,
-                "traceparent": self.trace.traceparent if self.trace is not None else None,
+            HOST.bind(child_id, self.settings)
+            spec = self.spec.sub_agent(
+                delegate,
+                task,
+                parent=self.run_id,
+                tool_call_id=call.get("id"),
+                model_retries=self.model_retries,
+                prices=self.prices,
+                max_result_chars=self.max_result_chars,
                 # A sub-agent draws on what is left of its parent's budget when it starts.
-                "budget": self.budget.remaining(self.tally.total).to_json()
-                if self.budget is not None
-                else None,
-            }
+                budget=None if self.budget is None else self.budget.remaining(self.tally.total),
+                traceparent=self.trace.traceparent if self.trace is not None else None,
+            )
             _dbos.note_taken([child_id])
             with SetWorkflowID(child_id):
-                self._children[id(call)] = await DBOS.start_workflow_async(run_workflow, spec)
+                self._children[id(call)] = await DBOS.start_workflow_async(
+                    run_workflow, spec.to_json()
+                )
             started = True
         if started:
             # One turn of the loop: each new sub-agent's task registers with DBOS (and joins
@@ -747,29 +783,7 @@ async def sync_step(
     return await run_in(executor, DBOS.run_step, options, body)
 
 
-def encode_target(target: Any) -> dict[str, Any] | None:
-    """A handoff target as JSON: an agent (name + fingerprint), an agent name, an option, or a
-    module-level function (by name, registered in this process: see `_registry.function_name`)."""
-    if target is None:
-        return None
-    if isinstance(target, AfterWork):
-        target = target.agent
-    if is_agent(target):
-        return agent_ref(target)
-    if isinstance(target, AfterWorkOption):
-        return {"option": target.value}
-    if isinstance(target, str):
-        return {"name": target}
-    name = _registry.register_function(target)
-    if name is not None:
-        return {"callable": name}
-    raise DurableSwarmError(
-        f"Cannot record handoff target {target!r} in a durable run: use an agent, an agent "
-        "name, an AfterWorkOption, or a module-level function."
-    )
-
-
-async def decode_target(run_id: str, data: dict[str, Any] | None) -> Any:
+async def decode_target(run_id: str, data: Mapping[str, Any] | None) -> Any:
     """The inverse of `encode_target` (an agent is looked up as in `RunHost.await_agent`)."""
     if not data:
         return None
@@ -783,20 +797,18 @@ async def decode_target(run_id: str, data: dict[str, Any] | None) -> Any:
     return await HOST.await_agent(run_id, data)
 
 
-def encode_max_turns(max_turns: float) -> int | None:
-    """`max_turns` as JSON: None stands for infinity. A fraction is rounded up: the loop goes
-    on while fewer messages than `max_turns` were added, and a count is a whole number."""
-    return None if math.isinf(max_turns) else math.ceil(max_turns)
-
-
 @DBOS.workflow(name=WORKFLOW_NAME)
-async def run_workflow(spec: dict[str, Any]) -> dict[str, Any]:
-    """One durable conversation: Swarm's `run` with every effect checkpointed."""
+async def run_workflow(stored: dict[str, Any]) -> dict[str, Any]:
+    """One durable conversation: Swarm's `run` with every effect checkpointed. `stored` is the
+    run's spec as `RunSpec.to_json` (or an earlier release) wrote it."""
     run_id = DBOS.workflow_id
     assert run_id is not None
     _dbos.note_entered(run_id)  # DBOS lists it as running now (see `_dbos.busy_runs`)
-    run_log.info("run %s: agent %s, running here", run_id, spec["agent"].get("name"))
     try:
+        spec = RunSpec.from_json(stored)
+        run_log.info(
+            "run %s: agent %s of swarm %s, running here", run_id, spec.agent["name"], spec.swarm
+        )
         output = await _checked(run_id, spec)
     except (DBOSWorkflowCancelledError, DBOSWorkflowConflictIDError):
         raise  # cancelled (its canceller says so), or handed back to be run again
@@ -804,11 +816,13 @@ async def run_workflow(spec: dict[str, Any]) -> dict[str, Any]:
         reason = (str(e).splitlines() or [""])[0][:200]
         run_log.info("run %s failed: %s: %s", run_id, type(e).__name__, reason)
         raise
+    finally:
+        HOST.finished_here(run_id)
     run_log.info("run %s succeeded", run_id)
     return output
 
 
-async def _checked(run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
+async def _checked(run_id: str, spec: RunSpec) -> dict[str, Any]:
     """`_run`, with a database fault or a user's BaseException turned into the run's error."""
     try:
         with user_code(run_id, "User code"):  # outside steps: instructions, conditions, handoffs
@@ -843,33 +857,32 @@ async def _handed_back_after_fault(run_id: str) -> bool:
     return False
 
 
-async def _run(run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
-    agent = await HOST.await_agent(run_id, spec["agent"])
-    agents = [await HOST.await_agent(run_id, ref) for ref in spec.get("agents") or []]
-    max_turns = spec.get("max_turns")
+async def _run(run_id: str, spec: RunSpec) -> dict[str, Any]:
+    settings = await HOST.await_swarm(run_id, spec.swarm)
+    agent = await HOST.await_agent(run_id, spec.agent)
+    agents = [await HOST.await_agent(run_id, ref) for ref in spec.agents]
+    # A run without a model of its own takes its swarm's; a sub-agent its agent's (as in memory).
+    model_override = spec.model_override or (None if spec.parent else settings.model)
     run = RunRequest(
         agent,
-        spec["messages"],
-        spec.get("context_variables") or {},
-        model_override=spec.get("model_override"),
-        stream=bool(spec.get("stream")),
-        debug=bool(spec.get("debug")),
-        max_turns=float("inf") if max_turns is None else max_turns,
-        execute_tools=spec.get("execute_tools", True),
-        after_work=await decode_target(run_id, spec.get("after_work")),
+        spec.messages,
+        spec.context_variables,
+        model_override=model_override,
+        stream=spec.stream,
+        debug=spec.debug,
+        max_turns=float("inf") if spec.max_turns is None else spec.max_turns,
+        execute_tools=spec.execute_tools,
+        after_work=await decode_target(run_id, spec.after_work),
         agents=agents,
         run_id=run_id,
-        budget=Budget.from_json(spec["budget"]) if "budget" in spec else HOST.default_budget,
+        budget=spec.budget if spec.budget is not None else registry.budget_of(settings),
     )
-    prices = spec.get("prices", HOST.default_prices)
     # The span opened when the run was started in this process, else a new one in the run's
     # trace (a recovered or resumed execution continues the trace stored with the run).
     trace = HOST.run_traces.pop(run_id, None) or tracing.start_run(
-        agent.name, run_id=run_id, traceparent=spec.get("traceparent")
+        agent.name, run_id=run_id, traceparent=spec.traceparent
     )
-    retries = spec.get("model_retries", DEFAULT_MODEL_RETRIES)
-    limit = spec.get("max_result_chars") or DEFAULT_MAX_RESULT_CHARS
-    runtime = DurableRuntime(run, retries, prices, trace, limit)
+    runtime = DurableRuntime(run, spec, settings, trace)
     try:
         response = await adrive(turn_loop(run), runtime)
     finally:
@@ -881,6 +894,6 @@ async def _run(run_id: str, spec: dict[str, Any]) -> dict[str, Any]:
         response.context_variables,
         runtime.tally,
     )
-    if spec.get("tool_call_id"):  # a sub-agent: the parent's call it answers (see `read_run`)
-        output["tool_call_id"] = spec["tool_call_id"]
+    if spec.tool_call_id:  # a sub-agent: the parent's call it answers (see `read_run`)
+        output["tool_call_id"] = spec.tool_call_id
     return output
