@@ -2,13 +2,15 @@
 
 It makes `MCPTools` on the test server (`url`, else over stdio with `env`) with `options`, then
 `call`s the tool `tool` with `arguments` (and `add` after it, on the same `MCPTools`) or `list`s
-the server's tools, and prints JSON: what came back (or the error), the seconds it took, and the
-process's peak resident memory (`VmHWM`, in KiB).
+the server's tools, and prints JSON: what came back (or the error), the seconds it took, the CPU
+seconds this process spent meanwhile (all its threads), and its peak resident memory (`VmHWM`,
+in KiB).
 """
 
 from __future__ import annotations
 
 import json
+import resource
 import sys
 import time
 from pathlib import Path
@@ -25,6 +27,11 @@ def peak_kib() -> int:
     return int(line.split()[1])
 
 
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main(config: dict[str, Any]) -> None:
     options = config.get("options", {})
     if config.get("url"):
@@ -34,7 +41,7 @@ def main(config: dict[str, Any]) -> None:
         tools = MCPTools(command=[sys.executable, SERVER], env=env, name="tests", **options)
     tools.call("pid", {})  # connected before the clock starts
     out: dict[str, Any] = {"baseline_kib": peak_kib()}
-    started = time.monotonic()
+    started, cpu = time.monotonic(), cpu_seconds()
     try:
         if config["action"] == "call":
             out["answer"] = tools.call(config["tool"], config.get("arguments", {}))
@@ -43,6 +50,7 @@ def main(config: dict[str, Any]) -> None:
     except Exception as e:
         out["error"] = f"{type(e).__name__}: {e}"
     out["seconds"] = time.monotonic() - started
+    out["cpu_seconds"] = cpu_seconds() - cpu
     out["peak_kib"] = peak_kib()
     started = time.monotonic()
     out["next"] = tools.call("add", {"a": 1, "b": 2})

@@ -406,8 +406,16 @@ class MCPTools(ToolSource):
 
     def list_tools(self) -> list[dict[str, Any]]:
         """The tools the server offers now (filtered), as the JSON a run records: for each,
-        `name` (as offered to the model), `tool` (the server's name), `description` and
-        `parameters` (the server's input schema)."""
+        `name` (as offered to the model now), `tool` (the server's name), `description`,
+        `parameters` (the server's input schema) and `prefix` (the prefix in force; a run
+        offers each tool under the name its own options give, see `tools`).
+
+        Raises:
+            MCPServerUnavailableError: the server cannot be reached.
+            DurableSwarmError: the list is too large (`max_message_bytes`, `max_tools`,
+                `max_description_chars`, `max_schema_chars`; the message names which and the
+                tool), or the server did not answer with a tool list.
+        """
         _require_mcp()
         return _BACKGROUND.run(self._alist())
 
