@@ -14,6 +14,7 @@ client, forgotten when the server restarts).
 
 `MCP_TEST_CLASH=1` adds tools whose names clash: `transfer_to_billing` (appends a line as
 `append_line` and answers "mcp transfer"), `get.user` and `get_user` (one name once made valid).
+`MCP_TEST_JSON=1` makes the HTTP server answer with JSON bodies instead of event streams.
 `MCP_TEST_MANY=COUNT:SIZE` lists COUNT more tools `tool_0`, `tool_1`, ... each described by SIZE
 characters; `MCP_TEST_SCHEMA=SIZE` gives `add` an input schema of about SIZE characters (a
 description of `a` that long).
@@ -188,6 +189,7 @@ if os.environ.get("MCP_TEST_CLASH") == "1":
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["http"]:
-        server.run("streamable-http", port=int(sys.argv[2]))
+        json_response = os.environ.get("MCP_TEST_JSON") == "1"
+        server.run("streamable-http", port=int(sys.argv[2]), json_response=json_response)
     else:
         server.run()

@@ -44,17 +44,19 @@ def in_a_worker(config: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
-@pytest.fixture(params=["stdio", "http"])
+@pytest.fixture(params=["stdio", "http", "http-json"])
 def transport(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Any]]:
     """`**env -> config` for `in_a_worker`: the test server with `env`, over the parameter's
-    transport (an HTTP server is started for the test and stopped after it)."""
+    transport (an HTTP server, answering with event streams or with JSON bodies, is started for
+    the test and stopped after it)."""
     log = tmp_path / "calls.jsonl"
     with_servers: list[Any] = []
 
     def config(**env: str) -> dict[str, Any]:
         if request.param == "stdio":
             return {"log": str(log), "env": env}
-        server = http_server(log, **env)
+        json_bodies = {"MCP_TEST_JSON": "1"} if request.param == "http-json" else {}
+        server = http_server(log, **env, **json_bodies)
         with_servers.append(server)
         return {"url": server.__enter__()}
 
