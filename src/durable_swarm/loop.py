@@ -204,15 +204,12 @@ def agent_functions(
 
         functions += skill_tools(skills, functions)
     sources = [f for f in agent.functions if isinstance(f, ToolSource)]
-    if sources:
+    conditions = _rules(agent, OnCondition)
+    if sources:  # their tools may not take a transfer's name, available now or not
         from .toolkit import source_tools
 
-        functions += source_tools(sources, tool_lists or {}, functions)
-    functions += [
-        rule.transfer_function()
-        for rule in _rules(agent, OnCondition)
-        if holds(rule.available, context)
-    ]
+        functions += source_tools(sources, tool_lists or {}, functions, handoffs=conditions)
+    functions += [rule.transfer_function() for rule in conditions if holds(rule.available, context)]
     return functions
 
 

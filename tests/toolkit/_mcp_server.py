@@ -11,6 +11,13 @@ answering), one whose name is 70 characters long (`LONG_NAME`), `keyed` (a param
 `execution.taskSupport` "required", which clients of the 2025 protocol see).
 `MCP_TEST_LEGACY=1` makes the server speak only the 2025 protocol (over HTTP: a session per
 client, forgotten when the server restarts).
+
+`MCP_TEST_CLASH=1` adds tools whose names clash: `transfer_to_billing` (appends a line as
+`append_line` and answers "mcp transfer"), `get.user` and `get_user` (one name once made valid).
+`MCP_TEST_JSON=1` makes the HTTP server answer with JSON bodies instead of event streams.
+`MCP_TEST_MANY=COUNT:SIZE` lists COUNT more tools `tool_0`, `tool_1`, ... each described by SIZE
+characters; `MCP_TEST_SCHEMA=SIZE` gives `add` an input schema of about SIZE characters (a
+description of `a` that long).
 """
 
 from __future__ import annotations
@@ -31,12 +38,27 @@ LONG_NAME = "a_tool_with_a_very_long_name_that_no_model_api_accepts_as_it_is_giv
 
 class TestServer(MCPServer):
     async def list_tools(self) -> list[Tool]:
-        """The tools, `only_as_task` marked as runnable only as a task."""
+        """The tools, `only_as_task` marked as runnable only as a task; with `MCP_TEST_MANY`/
+        `MCP_TEST_SCHEMA`, many tools, long descriptions, a long schema."""
         required = ToolExecution(task_support="required")
-        return [
-            t.model_copy(update={"execution": required}) if t.name == "only_as_task" else t
-            for t in await super().list_tools()
-        ]
+        tools = []
+        for t in await super().list_tools():
+            if t.name == "only_as_task":
+                t = t.model_copy(update={"execution": required})
+            elif t.name == "add" and os.environ.get("MCP_TEST_SCHEMA"):
+                schema = json.loads(json.dumps(t.input_schema))
+                schema["properties"]["a"]["description"] = "a" * int(os.environ["MCP_TEST_SCHEMA"])
+                t = t.model_copy(update={"input_schema": schema})
+            tools.append(t)
+        if os.environ.get("MCP_TEST_MANY"):
+            count, size = (int(n) for n in os.environ["MCP_TEST_MANY"].split(":"))
+            description = "d" * size  # one string shared by every tool
+            schema = {"type": "object", "properties": {}}
+            tools += [
+                Tool(name=f"tool_{i}", description=description, input_schema=schema)
+                for i in range(count)
+            ]
+        return tools
 
 
 server = TestServer("test-server", log_level="ERROR")
@@ -146,8 +168,28 @@ if os.environ.get("MCP_TEST_ODD") == "1":
         return "never"
 
 
+if os.environ.get("MCP_TEST_CLASH") == "1":
+
+    @server.tool()
+    def transfer_to_billing(ctx: Context) -> str:
+        """Not a handoff: appends a line to the log (as `append_line`)."""
+        append_line("mcp transfer", ctx)
+        return "mcp transfer"
+
+    @server.tool(name="get.user")
+    def get_user_dotted() -> str:
+        """The user, by a dotted name."""
+        return "dotted"
+
+    @server.tool(name="get_user")
+    def get_user_plain() -> str:
+        """The user, by a plain name."""
+        return "plain"
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["http"]:
-        server.run("streamable-http", port=int(sys.argv[2]))
+        json_response = os.environ.get("MCP_TEST_JSON") == "1"
+        server.run("streamable-http", port=int(sys.argv[2]), json_response=json_response)
     else:
         server.run()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from durable_swarm import Agent, MCPServerUnavailableError, ShellTool
+from durable_swarm import Agent, MCPServerUnavailableError, OnCondition, ShellTool
 from durable_swarm.testing import ScriptedClient, ToolCall, calls, text
 from durable_swarm.toolkit import MCPTools
 
@@ -163,3 +163,61 @@ def test_a_shell_command_waits_for_approval_and_runs_once_approved(
     result = next(m for m in info.messages if m["role"] == "tool")
     assert result["content"] == "exit code 0\n2 notes.txt\n"
     assert ("tool", "run_command") in [(s.kind, s.name) for s in info.steps]
+
+
+def test_a_clash_in_the_recorded_tool_list_stops_the_run_which_resumes_once_configured(
+    durable_swarm_factory, run_id: str, tmp_path: Path
+):
+    """The clash is found on the recorded list, before any model request; the run resumes with
+    the options in force when it resumes (here a prefix; this process still holds the agent
+    objects the run met, so their options are changed; a new process would define them so)."""
+    log = tmp_path / "calls.jsonl"
+    clash = {"MCP_TEST_CLASH": "1"}
+    billing = Agent(name="Billing", instructions="Bill.")
+    tools = stdio_tools(log, env=clash, include=["transfer_to_billing", "add"])
+    try:
+        client = ScriptedClient([calls(ToolCall("crm_transfer_to_billing", id="m")), text("done")])
+        swarm = durable_swarm_factory(client)
+        desk = Agent(name="Desk", functions=[tools], handoffs=[OnCondition(billing)])
+        swarm.start(desk, [{"role": "user", "content": "bill me"}], run_id=run_id)
+        info = wait_status(swarm, run_id, "failed", "succeeded")
+        assert info.status == "failed"
+        assert "Tool name 'transfer_to_billing' is offered twice" in (info.error or "")
+        assert "handoff to agent 'Billing'" in (info.error or "")
+        assert client.requests == []  # no model request offered the clashing list
+        assert [s.kind for s in info.steps].count("tools") == 1
+        tools.prefix = "crm"  # the fix: MCPTools(..., prefix="crm")
+        swarm.resume(run_id)
+        info = wait_status(swarm, run_id, "succeeded", "failed")
+        assert info.status == "succeeded", info.error
+        assert offered(client.requests[0]) == ["crm_add", "crm_transfer_to_billing",
+                                               "transfer_to_billing"]  # fmt: skip
+        assert [line["text"] for line in lines(log)] == ["mcp transfer"]  # the MCP tool ran
+        assert info.messages[-1]["content"] == "done"
+    finally:
+        tools.close()
+
+
+def test_a_list_over_max_tools_stops_the_run_at_its_step_which_resumes_with_a_raised_limit(
+    durable_swarm_factory, run_id: str, tmp_path: Path
+):
+    many = {"MCP_TEST_MANY": "200:10"}
+    tools = stdio_tools(tmp_path / "calls.jsonl", env=many)
+    try:
+        client = ScriptedClient([text("done")])
+        swarm = durable_swarm_factory(client)
+        agent = Agent(name="Crowded", functions=[tools])
+        swarm.start(agent, [{"role": "user", "content": "hi"}], run_id=run_id)
+        info = wait_status(swarm, run_id, "failed", "succeeded")
+        assert info.status == "failed"
+        assert "offers more than 128 tools (the limit max_tools" in (info.error or "")
+        assert client.requests == []
+        tools.max_tools = 250  # the fix: MCPTools(..., max_tools=250)
+        swarm.resume(run_id)
+        info = wait_status(swarm, run_id, "succeeded", "failed")
+        assert info.status == "succeeded", info.error
+        assert len(offered(client.requests[0])) == 208
+        listing = next(s.output for s in info.steps if s.kind == "tools" and s.output)
+        assert len(listing) == 208
+    finally:
+        tools.close()

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from ..errors import DurableSwarmError, MCPServerUnavailableError
 from ..tools import TOOL_SPEC_ATTR, ToolSource, ToolSpec, tool_name
+from ._mcp_transport import BoundedHTTP, ReadLimit, stdio_transport
 from ._skill import SkillCompositionError
 from ._tool import check_tool_name, describe_callable
 
@@ -45,7 +46,11 @@ IDEMPOTENCY_META_KEY = "idempotency_key"
 ATTEMPTS = 3
 FIRST_DELAY_SECONDS = 1.0
 BACKOFF = 2.0
-LIST_PAGE_LIMIT = 100
+LIST_PAGE_LIMIT = 100  # pages of a tool list read at most (each at most max_message_bytes)
+MAX_MESSAGE_BYTES = 10 * 1024 * 1024
+MAX_TOOLS = 128  # as many tools as the OpenAI API accepts in one request
+MAX_DESCRIPTION_CHARS = 10_000
+MAX_SCHEMA_CHARS = 50_000
 MAX_NAME = 64  # the longest tool name the OpenAI API accepts
 # the keyword argument `MCPTool` receives the call's idempotency key as (not `idempotency_key`,
 # which may be a parameter of the server's tool, filled in by the model)
@@ -53,6 +58,7 @@ KEY_PARAMETER = "_durable_swarm_idempotency_key"
 
 _LAUNCHERS = {"python", "python3", "node", "npx", "uv", "uvx", "bun", "deno", "docker", "bunx"}
 _INVALID_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+_VALID_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def _require_mcp() -> None:
@@ -248,6 +254,24 @@ class MCPTools(ToolSource):
     effect. Tool names are made valid (long ones shortened with a hash); tools that run only as
     MCP tasks are left out.
 
+    Everything read from the server is bounded: one message (a call's result, a page of the tool
+    list) is read up to `max_message_bytes` and no further. A result larger than that closes the
+    connection (a stdio server is stopped and started again on the next call) and the model
+    reads an error naming the server, the tool and the limit. The tool list is refused with
+    `DurableSwarmError` naming what was too large when it has more than `max_tools` tools (after
+    `include`/`exclude`), a description longer than `max_description_chars` or an input schema
+    longer than `max_schema_chars` (as JSON text), or when a page is larger than
+    `max_message_bytes`; a tool whose input schema is not an object (MCP passes arguments as an
+    object and models are offered object parameters only) is refused with
+    `SkillCompositionError`. These checks run on the list a run recorded, with the options of the
+    process running it, so a run they stopped resumes (`resume(run_id)`) once the options
+    (`exclude=`, a limit, `prefix=`, `rename=`) allow it.
+
+    An MCP tool may not take the name of another tool of the agent: its functions, its skills'
+    tools, another server's tools, or the `transfer_to_<agent>` tool of one of its `OnCondition`
+    handoffs (available now or not); a clash is refused with `SkillCompositionError` naming both,
+    once the tool list is known and before any model request offers it.
+
     Args:
         command: the server's argument vector (stdio); exactly one of `command` and `url`.
         url: the server's streamable HTTP endpoint.
@@ -259,11 +283,22 @@ class MCPTools(ToolSource):
             (default: from the script's or host's name); unique among an agent's servers.
         prefix: offer tools as `<prefix>_<tool>` (`True`: the server's name) to avoid clashes;
             a clash with another tool of the agent is refused with an error naming both.
+        rename: offer the server's tools named here under the given names, as they are (no
+            prefix): `{"search": "docs_search"}`; for tools whose names clash, even once made
+            valid (`get.user` and `get_user` both become `get_user`).
         include: offer only these tools (by the server's names); `exclude`: never these.
         needs_approval: `True` for every tool, or the names of the tools a person must approve.
         timeout: seconds to connect and for each call to answer (a late answer is an error
             message for the model).
         max_result_chars: longest result text the model reads; longer results are cut.
+        max_message_bytes: most bytes read of one message from the server (default 10 MiB);
+            a larger result is an error for the model, a larger page of the tool list an error
+            that stops the run.
+        max_tools: most tools offered from this server, after `include`/`exclude` (default 128,
+            as many as the OpenAI API takes in one request); more stop the run with an error.
+        max_description_chars: longest tool description accepted (default 10,000 characters).
+        max_schema_chars: longest input schema accepted, as JSON text (default 50,000
+            characters).
     """
 
     def __init__(
@@ -281,6 +316,11 @@ class MCPTools(ToolSource):
         needs_approval: bool | Collection[str] = False,
         timeout: float = 60.0,
         max_result_chars: int = 20_000,
+        rename: Mapping[str, str] | None = None,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        max_tools: int = MAX_TOOLS,
+        max_description_chars: int = MAX_DESCRIPTION_CHARS,
+        max_schema_chars: int = MAX_SCHEMA_CHARS,
     ) -> None:
         if (command is None) == (url is None):
             raise ValueError(
@@ -304,10 +344,27 @@ class MCPTools(ToolSource):
             raise ValueError("MCPTools(env=..., cwd=...) are for a stdio server (command=[...])")
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ValueError(f"MCPTools(timeout=...) must be a positive number, got {timeout!r}")
-        if not (isinstance(max_result_chars, int) and max_result_chars > 0):
-            raise ValueError(
-                f"MCPTools(max_result_chars=...) must be a positive int, got {max_result_chars!r}"
-            )
+        limits = {
+            "max_result_chars": max_result_chars,
+            "max_message_bytes": max_message_bytes,
+            "max_tools": max_tools,
+            "max_description_chars": max_description_chars,
+            "max_schema_chars": max_schema_chars,
+        }
+        for option, value in limits.items():
+            if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+                raise ValueError(f"MCPTools({option}=...) must be a positive int, got {value!r}")
+        self.rename = dict(rename or {})
+        for tool, offered in self.rename.items():
+            if not isinstance(tool, str) or not isinstance(offered, str):
+                raise TypeError(
+                    f"MCPTools(rename=...) maps the server's tool names to names, got {rename!r}"
+                )
+            if not _VALID_NAME.fullmatch(offered):
+                raise ValueError(
+                    f"MCPTools(rename={{{tool!r}: {offered!r}}}): {offered!r} is not a valid tool "
+                    "name (1 to 64 letters, digits, '_' or '-')."
+                )
         self.command = list(command) if command is not None else None
         self.url = url
         self.env = dict(env) if env else None
@@ -326,6 +383,11 @@ class MCPTools(ToolSource):
         )
         self.timeout = float(timeout)
         self.max_result_chars = max_result_chars
+        self.max_message_bytes = max_message_bytes
+        self.max_tools = max_tools
+        self.max_description_chars = max_description_chars
+        self.max_schema_chars = max_schema_chars
+        self._limit = ReadLimit(max_message_bytes)
         self._tools: dict[str, MCPTool] = {}
         self._client: Any = None
         self._stop: asyncio.Event | None = None
@@ -344,8 +406,16 @@ class MCPTools(ToolSource):
 
     def list_tools(self) -> list[dict[str, Any]]:
         """The tools the server offers now (filtered), as the JSON a run records: for each,
-        `name` (as offered to the model), `tool` (the server's name), `description` and
-        `parameters` (the server's input schema)."""
+        `name` (as offered to the model now), `tool` (the server's name), `description`,
+        `parameters` (the server's input schema) and `prefix` (the prefix in force; a run
+        offers each tool under the name its own options give, see `tools`).
+
+        Raises:
+            MCPServerUnavailableError: the server cannot be reached.
+            DurableSwarmError: the list is too large (`max_message_bytes`, `max_tools`,
+                `max_description_chars`, `max_schema_chars`; the message names which and the
+                tool), or the server did not answer with a tool list.
+        """
         _require_mcp()
         return _BACKGROUND.run(self._alist())
 
@@ -354,29 +424,46 @@ class MCPTools(ToolSource):
         return await _BACKGROUND.arun(self._alist())
 
     async def _alist(self) -> list[dict[str, Any]]:
-        async def fetch(client: Any) -> list[Any]:
-            tools: list[Any] = []
+        async def fetch(client: Any) -> list[dict[str, Any]]:
+            listing: list[dict[str, Any]] = []
             cursor = None
             for _ in range(LIST_PAGE_LIMIT):
                 page = await client.list_tools(cursor=cursor)
-                tools += page.tools
+                for tool in page.tools:
+                    if self._offers(tool.name) and self._callable(tool):
+                        listing.append(self._describe(tool))
+                        if len(listing) > self.max_tools:  # not one page more is read
+                            self._check_count([d["tool"] for d in listing])
                 cursor = page.next_cursor
                 if cursor is None:
                     break
-            return tools
+            return listing
 
+        exceeded = self._limit.exceeded
         try:
-            tools = await self._with_client(fetch, resend=True)
-        except MCPServerUnavailableError:
+            listing = await self._with_client(fetch, resend=True)
+        except DurableSwarmError:  # unreachable, or too many tools
             raise
         except Exception as e:
+            if self._limit.exceeded != exceeded:
+                raise DurableSwarmError(
+                    f"MCP server {self.name!r} sent its tool list in a message larger than "
+                    f"{self.max_message_bytes} bytes (the limit max_message_bytes); it was not "
+                    "read further and the connection was closed. Raise the limit "
+                    "(MCPTools(..., max_message_bytes=...)) or have the server offer fewer or "
+                    "shorter tools. A durable run stopped at this step and resumes with "
+                    "resume(run_id).",
+                    server=self.name,
+                    limit="max_message_bytes",
+                ) from None
             raise DurableSwarmError(
                 f"MCP server {self.name!r} did not list its tools ({_describe_error(e)}); check "
                 "that it is an MCP server that offers tools. A durable run stopped at this step "
                 "and resumes with resume(run_id).",
                 server=self.name,
             ) from e
-        listing = [self._describe(t) for t in tools if self._offers(t.name) and self._callable(t)]
+        for descriptor in listing:
+            self._check_sizes(descriptor)
         missing = (self.include or frozenset()) - {d["tool"] for d in listing}
         if missing:
             logger.warning(
@@ -403,29 +490,99 @@ class MCPTools(ToolSource):
         )
         return False
 
-    def _describe(self, tool: Any) -> dict[str, Any]:
-        offered = _INVALID_NAME_CHARS.sub(
-            "_", f"{self.prefix}_{tool.name}" if self.prefix else tool.name
-        )
+    def _offered_name(self, tool: str) -> str:
+        """The name the server's tool `tool` is offered under: as `rename` says, else made
+        valid (with the prefix), long names shortened and kept apart by a hash."""
+        if tool in self.rename:
+            return self.rename[tool]
+        offered = _INVALID_NAME_CHARS.sub("_", f"{self.prefix}_{tool}" if self.prefix else tool)
         if len(offered) > MAX_NAME:  # shortened, kept apart by a hash of the server's name
-            digest = hashlib.sha256(tool.name.encode()).hexdigest()[:8]
+            digest = hashlib.sha256(tool.encode()).hexdigest()[:8]
             offered = f"{offered[: MAX_NAME - 9]}_{digest}"
+        return offered or "_"
+
+    def _describe(self, tool: Any) -> dict[str, Any]:
         schema = dict(tool.input_schema or {})
         schema.pop("$schema", None)
         schema.setdefault("type", "object")
-        schema.setdefault("properties", {})
+        if schema["type"] == "object":
+            schema.setdefault("properties", {})
         return {
-            "name": offered,
+            "name": self._offered_name(tool.name),
             "tool": tool.name,
             "description": tool.description or tool.title or "",
             "parameters": schema,
+            "prefix": self.prefix,
         }
+
+    def _check_count(self, tools: Sequence[str]) -> None:
+        if len(tools) <= self.max_tools:
+            return
+        shown = ", ".join(tools[:5])
+        raise DurableSwarmError(
+            f"MCP server {self.name!r} offers more than {self.max_tools} tools (the limit "
+            f"max_tools; first: {shown}, ...). Offer only those the agent needs "
+            "(MCPTools(..., include=[...]) or exclude=[...]) or raise the limit "
+            "(MCPTools(..., max_tools=...)); the model API may refuse that many tools. A "
+            "durable run stopped here resumes with resume(run_id) once this is changed.",
+            server=self.name,
+            limit="max_tools",
+        )
+
+    def _check_sizes(self, descriptor: Mapping[str, Any]) -> None:
+        """Refuse a tool whose description or input schema is longer than the limits."""
+        tool = str(descriptor["tool"])
+        sizes = (
+            (
+                "a description",
+                "max_description_chars",
+                len(str(descriptor.get("description") or "")),
+            ),
+            (
+                "an input schema (as JSON)",
+                "max_schema_chars",
+                len(json.dumps(descriptor.get("parameters") or {}, ensure_ascii=False)),
+            ),
+        )
+        for what, option, size in sizes:
+            limit = getattr(self, option)
+            if size > limit:
+                raise DurableSwarmError(
+                    f"MCP server {self.name!r} offers tool {tool!r} with {what} of {size} "
+                    f"characters, more than {limit} (the limit {option}). Leave the tool out "
+                    f"(MCPTools(..., exclude=[{tool!r}])) or raise the limit "
+                    f"(MCPTools(..., {option}=...)); a durable run stopped here resumes with "
+                    "resume(run_id) once this is changed.",
+                    server=self.name,
+                    tool=tool,
+                    limit=option,
+                )
+
+    def _check_schema(self, descriptor: Mapping[str, Any]) -> None:
+        """Refuse a tool whose input schema is not an object: MCP sends a call's arguments as
+        an object, and models are offered object parameters only."""
+        parameters = descriptor.get("parameters") or {}
+        kind = parameters.get("type", "object") if isinstance(parameters, Mapping) else None
+        if kind == "object":
+            return
+        tool = str(descriptor["tool"])
+        raise SkillCompositionError(
+            f"MCP server {self.name!r} offers tool {tool!r} with an input schema of type "
+            f"{kind!r}, not 'object': MCP passes a call's arguments as an object and models are "
+            "offered object parameters only, so it cannot be offered. Leave it out "
+            f"(MCPTools(..., exclude=[{tool!r}])).",
+            name=tool,
+        )
 
     def tools(self, listing: list[dict[str, Any]]) -> list[Callable[..., Any]]:
         """The callable tools for a recorded `listing` (one object per tool, reused), leaving
-        out those `include`/`exclude` leave out now.
+        out those `include`/`exclude` leave out now, named as `prefix`/`rename` say now (a
+        listing recorded by an earlier version, without `prefix`, keeps its recorded names).
 
         Raises:
+            DurableSwarmError: more than `max_tools` tools, or a description or schema longer
+                than its limit.
+            SkillCompositionError: a tool whose input schema is not an object.
             ValueError: a tool's name is not a valid tool name (a listing recorded by an older
                 version, which did not shorten long names).
         """
@@ -433,9 +590,13 @@ class MCPTools(ToolSource):
         for descriptor in listing:
             if not self._offers(str(descriptor["tool"])):
                 continue
+            if "prefix" in descriptor:  # named with the options of this process
+                descriptor = {**descriptor, "name": self._offered_name(str(descriptor["tool"]))}
             key = json.dumps(descriptor, sort_keys=True)
             tool = self._tools.get(key)
             if tool is None:
+                self._check_sizes(descriptor)
+                self._check_schema(descriptor)
                 tool = MCPTool(self, descriptor)
                 try:
                     check_tool_name(tool.__name__, tool)
@@ -448,6 +609,7 @@ class MCPTools(ToolSource):
                     ) from None
                 self._tools[key] = tool
             made.append(tool)
+        self._check_count([str(getattr(t, "tool", "")) for t in made])
         return made
 
     # -- calling -------------------------------------------------------------------------------
@@ -472,11 +634,27 @@ class MCPTools(ToolSource):
                 tool, arguments, read_timeout_seconds=self.timeout, meta=meta
             )
 
+        exceeded = self._limit.exceeded
         try:
             result = await self._with_client(send, resend=False)
         except MCPServerUnavailableError:
             raise
         except Exception as e:
+            if self._limit.exceeded != exceeded:
+                logger.warning(
+                    "MCP server %r: a message larger than max_message_bytes=%d arrived while "
+                    "tool %s was called; the connection was closed.",
+                    self.name,
+                    self.max_message_bytes,
+                    tool,
+                )
+                return (
+                    f"Error: MCP server {self.name!r} sent a message larger than "
+                    f"{self.max_message_bytes} bytes (the limit max_message_bytes of MCPTools) "
+                    f"during the call to tool {tool}; it was not read further and the connection "
+                    "was closed. The call may or may not have taken effect. If such results are "
+                    "expected, raise the limit (MCPTools(..., max_message_bytes=...))."
+                )
             if isinstance(e, TimeoutError) or (
                 isinstance(e, MCPError) and e.code == REQUEST_TIMEOUT
             ):
@@ -534,14 +712,15 @@ class MCPTools(ToolSource):
                 last = e
                 logger.info("MCP server %r: connecting failed (%s)", self.name, _describe_error(e))
                 continue
+            exceeded = self._limit.exceeded
             try:
                 return await request(client)
             except Exception as e:
                 lost, never_ran = _connection_lost(e), not fresh and _session_lost(e)
                 if lost or never_ran or (not fresh and _refused_status(e)):
                     await self._drop(client)  # the next request reopens it
-                if not (never_ran or (lost and resend)):
-                    raise
+                if self._limit.exceeded != exceeded or not (never_ran or (lost and resend)):
+                    raise  # a message over the limit would be over it again
                 last = e
                 logger.info("MCP server %r: connection lost (%s)", self.name, _describe_error(e))
         assert last is not None
@@ -612,24 +791,23 @@ class MCPTools(ToolSource):
                 from mcp.client.streamable_http import streamable_http_client
 
                 timeout = httpx2.Timeout(30.0, read=300.0)
-                async with httpx2.AsyncClient(headers=self.headers, timeout=timeout) as http:
-                    transport = streamable_http_client(self.url, http_client=http)
+                async with httpx2.AsyncClient(
+                    headers=self.headers, timeout=timeout, transport=BoundedHTTP(self._limit)
+                ) as http:
+                    transport = streamable_http_client(
+                        self.url, http_client=http, max_sse_event_size=self.max_message_bytes
+                    )
                     async with Client(
                         transport, read_timeout_seconds=self.timeout, cache=None
                     ) as client:
                         ready.set_result(client)
                         await stop.wait()
             else:
-                from mcp.client.stdio import StdioServerParameters, stdio_client
-
                 assert self.command is not None
-                params = StdioServerParameters(
-                    command=self.command[0], args=self.command[1:], env=self.env, cwd=self.cwd
+                stdio = stdio_transport(
+                    self.command, self.env, self.cwd, _server_errlog(), self._limit
                 )
-                transport = stdio_client(params, errlog=_server_errlog())
-                async with Client(
-                    transport, read_timeout_seconds=self.timeout, cache=None
-                ) as client:
+                async with Client(stdio, read_timeout_seconds=self.timeout, cache=None) as client:
                     ready.set_result(client)
                     await stop.wait()
         except Exception as e:
@@ -705,14 +883,24 @@ def source_tools(
     sources: Iterable[ToolSource],
     tool_lists: Mapping[str, list[dict[str, Any]]],
     functions: Sequence[Callable[..., Any]] = (),
+    *,
+    handoffs: Sequence[Any] = (),
 ) -> list[Callable[..., Any]]:
-    """The tools `sources` add to an agent whose other tools are `functions`, built from the
-    recorded `tool_lists` (by source name; a source not listed yet adds nothing).
+    """The tools `sources` add to an agent whose other tools are `functions` and whose
+    `OnCondition` handoffs are `handoffs`, built from the recorded `tool_lists` (by source name;
+    a source not listed yet adds nothing).
 
     Raises:
-        SkillCompositionError: two sources share a name, or a tool name is offered twice.
+        SkillCompositionError: two sources share a name, or a tool name is offered twice (by
+            two sources, a source and a function, or a source and a handoff's transfer tool,
+            available now or not).
     """
     owners = {tool_name(f): f"the agent's tool {describe_callable(f)}" for f in functions}
+    for rule in handoffs:
+        transfer = tool_name(rule.transfer_function())
+        owners.setdefault(
+            transfer, f"the agent's handoff to agent {rule.target.name!r} (OnCondition)"
+        )
     seen: dict[str, ToolSource] = {}
     added: list[Callable[..., Any]] = []
     for source in sources:
@@ -722,15 +910,30 @@ def source_tools(
                 f"and {source!r}. Give one another name (MCPTools(..., name=...)).",
                 name=source.name,
             )
+        offered_by: dict[str, str] = {}  # offered name -> the source's own tool name
         for func in source.tools(tool_lists.get(source.name, [])):
             name = tool_name(func)
-            if name in owners:
+            own = str(getattr(func, "tool", name))
+            if name in offered_by:
+                other = offered_by[name]
                 raise SkillCompositionError(
-                    f"Tool name {name!r} is offered twice: by MCP server {source.name!r} and by "
-                    f"{owners[name]}. Give the server a prefix (MCPTools(..., prefix=True)) or "
-                    f"leave its tool out (MCPTools(..., exclude=[...])).",
+                    f"Tool name {name!r} is offered twice by MCP server {source.name!r}: for its "
+                    f"tools {other!r} and {own!r} (names are made valid, and long ones "
+                    "shortened). Offer one under another name (MCPTools(..., rename="
+                    f"{{{own!r}: '<new name>'}})) or leave it out (MCPTools(..., "
+                    f"exclude=[{own!r}])).",
                     name=name,
                 )
-            owners[name] = f"MCP server {source.name!r}"
+            if name in owners:
+                raise SkillCompositionError(
+                    f"Tool name {name!r} is offered twice: by MCP server {source.name!r} (its "
+                    f"tool {own!r}) and by {owners[name]}. Give the server a prefix "
+                    f"(MCPTools(..., prefix=True)), offer the tool under another name "
+                    f"(MCPTools(..., rename={{{own!r}: '<new name>'}})) or leave it out "
+                    f"(MCPTools(..., exclude=[{own!r}])).",
+                    name=name,
+                )
+            offered_by[name] = own
             added.append(func)
+        owners.update(dict.fromkeys(offered_by, f"MCP server {source.name!r}"))
     return added
