@@ -288,8 +288,11 @@ class MCPTools(ToolSource):
             valid (`get.user` and `get_user` both become `get_user`).
         include: offer only these tools (by the server's names); `exclude`: never these.
         needs_approval: `True` for every tool, or the names of the tools a person must approve.
-        timeout: seconds to connect and for each call to answer (a late answer is an error
-            message for the model).
+        timeout: seconds for each call to answer (a late answer is an error message for the
+            model).
+        connect_timeout: seconds to start or reach the server, open the session and list its
+            tools (default: `timeout`, at least 30 s: a short call timeout does not keep a
+            slow-starting server from starting).
         max_result_chars: longest result text the model reads; longer results are cut.
         max_message_bytes: most bytes read of one message from the server (default 10 MiB);
             a larger result is an error for the model, a larger page of the tool list an error
@@ -321,6 +324,7 @@ class MCPTools(ToolSource):
         max_tools: int = MAX_TOOLS,
         max_description_chars: int = MAX_DESCRIPTION_CHARS,
         max_schema_chars: int = MAX_SCHEMA_CHARS,
+        connect_timeout: float | None = None,
     ) -> None:
         if (command is None) == (url is None):
             raise ValueError(
@@ -382,6 +386,15 @@ class MCPTools(ToolSource):
             needs_approval if isinstance(needs_approval, bool) else frozenset(needs_approval)
         )
         self.timeout = float(timeout)
+        if connect_timeout is not None and not (
+            isinstance(connect_timeout, (int, float)) and connect_timeout > 0
+        ):
+            raise ValueError(
+                f"MCPTools(connect_timeout=...) must be a positive number, got {connect_timeout!r}"
+            )
+        self.connect_timeout = (
+            float(connect_timeout) if connect_timeout is not None else max(self.timeout, 30.0)
+        )
         self.max_result_chars = max_result_chars
         self.max_message_bytes = max_message_bytes
         self.max_tools = max_tools
@@ -773,7 +786,7 @@ class MCPTools(ToolSource):
             self._stop = asyncio.Event()
             self._holder = asyncio.create_task(self._hold(ready, self._stop))
             try:
-                self._client = await asyncio.wait_for(asyncio.shield(ready), self.timeout)
+                self._client = await asyncio.wait_for(asyncio.shield(ready), self.connect_timeout)
             except BaseException:
                 await self._aclose()
                 raise
@@ -797,8 +810,8 @@ class MCPTools(ToolSource):
                     transport = streamable_http_client(
                         self.url, http_client=http, max_sse_event_size=self.max_message_bytes
                     )
-                    async with Client(
-                        transport, read_timeout_seconds=self.timeout, cache=None
+                    async with Client(  # calls pass `timeout`; the rest the connect timeout
+                        transport, read_timeout_seconds=self.connect_timeout, cache=None
                     ) as client:
                         ready.set_result(client)
                         await stop.wait()
@@ -807,7 +820,9 @@ class MCPTools(ToolSource):
                 stdio = stdio_transport(
                     self.command, self.env, self.cwd, _server_errlog(), self._limit
                 )
-                async with Client(stdio, read_timeout_seconds=self.timeout, cache=None) as client:
+                async with Client(
+                    stdio, read_timeout_seconds=self.connect_timeout, cache=None
+                ) as client:
                     ready.set_result(client)
                     await stop.wait()
         except Exception as e:
