@@ -2,7 +2,8 @@
 
 A runtime has one narrow interface, one method per effect: `call_model`, `call_tool`,
 `wait_for_input`, `record` and `list_tools` for `drive`, and their async twins `acall_model`,
-`acall_tool`, `await_input`, `arecord` and `alist_tools` for `adrive` (see `_SYNC` and `_ASYNC`);
+`acall_tool`, `await_input`, `arecord` and `alist_tools` for `adrive` (the protocols `Runtime`
+and `AsyncRuntime`; `perform` and `aperform` dispatch an effect to its method);
 the streaming drivers read model calls from `chunks` / `achunks` instead. `InMemoryRuntime` is
 what `Swarm` uses and has them all; the durable runtime (`durable_swarm.durable`) has the async
 methods only (its workflow runs on an event loop) and makes each effect a DBOS step or a durable
@@ -14,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from . import model, tracing
 from ._response import Response
 from .human import Decision
 from .loop import (
+    Effect,
     ListTools,
     Loop,
     ModelCall,
@@ -192,20 +194,50 @@ def _debug_tool(effect: ToolCall) -> None:
         debug_print(effect.debug, f"Processing tool call: {name} with arguments {args}")
 
 
-_SYNC = {
-    ModelCall: "call_model",
-    ToolCall: "call_tool",
-    WaitForInput: "wait_for_input",
-    Transition: "record",
-    ListTools: "list_tools",
-}
-_ASYNC = {
-    ModelCall: "acall_model",
-    ToolCall: "acall_tool",
-    WaitForInput: "await_input",
-    Transition: "arecord",
-    ListTools: "alist_tools",
-}
+class Runtime(Protocol):
+    """What `drive` and `drive_stream` need: one method per effect of the loop (sync)."""
+
+    def call_model(self, effect: ModelCall) -> dict[str, Any]: ...
+    def call_tool(self, effect: ToolCall) -> ToolOutcome: ...
+    def wait_for_input(self, effect: WaitForInput) -> Any: ...
+    def record(self, effect: Transition) -> None: ...
+    def list_tools(self, effect: ListTools) -> list[dict[str, Any]]: ...
+
+
+class AsyncRuntime(Protocol):
+    """What `adrive` and `adrive_stream` need: `Runtime`'s methods, async."""
+
+    async def acall_model(self, effect: ModelCall) -> dict[str, Any]: ...
+    async def acall_tool(self, effect: ToolCall) -> ToolOutcome: ...
+    async def await_input(self, effect: WaitForInput) -> Any: ...
+    async def arecord(self, effect: Transition) -> None: ...
+    async def alist_tools(self, effect: ListTools) -> list[dict[str, Any]]: ...
+
+
+def perform(runtime: Runtime, effect: Effect) -> Any:
+    """Perform one effect of the loop with `runtime`; its result goes back into the loop."""
+    if isinstance(effect, ModelCall):
+        return runtime.call_model(effect)
+    if isinstance(effect, ToolCall):
+        return runtime.call_tool(effect)
+    if isinstance(effect, WaitForInput):
+        return runtime.wait_for_input(effect)
+    if isinstance(effect, Transition):
+        return runtime.record(effect)
+    return runtime.list_tools(effect)
+
+
+async def aperform(runtime: AsyncRuntime, effect: Effect) -> Any:
+    """`perform` for async code."""
+    if isinstance(effect, ModelCall):
+        return await runtime.acall_model(effect)
+    if isinstance(effect, ToolCall):
+        return await runtime.acall_tool(effect)
+    if isinstance(effect, WaitForInput):
+        return await runtime.await_input(effect)
+    if isinstance(effect, Transition):
+        return await runtime.arecord(effect)
+    return await runtime.alist_tools(effect)
 
 
 @contextlib.contextmanager
@@ -234,7 +266,7 @@ def _finish(response: Response, runtime: Any) -> Response:
     return response
 
 
-def drive(loop: Loop, runtime: Any) -> Response:
+def drive(loop: Loop, runtime: Runtime) -> Response:
     """Run `loop` to the end, performing each effect with `runtime`."""
     result: Any = None
     with _run_span(runtime):
@@ -243,10 +275,10 @@ def drive(loop: Loop, runtime: Any) -> Response:
                 effect = loop.send(result)
             except StopIteration as stop:
                 return _finish(stop.value, runtime)
-            result = getattr(runtime, _SYNC[type(effect)])(effect)
+            result = perform(runtime, effect)
 
 
-async def adrive(loop: Loop, runtime: Any) -> Response:
+async def adrive(loop: Loop, runtime: AsyncRuntime) -> Response:
     """`drive` for async code."""
     result: Any = None
     with _run_span(runtime):
@@ -255,7 +287,7 @@ async def adrive(loop: Loop, runtime: Any) -> Response:
                 effect = loop.send(result)
             except StopIteration as stop:
                 return _finish(stop.value, runtime)
-            result = await getattr(runtime, _ASYNC[type(effect)])(effect)
+            result = await aperform(runtime, effect)
 
 
 def _streamed_answer(
@@ -278,7 +310,7 @@ def drive_stream(loop: Loop, runtime: Any) -> Iterator[dict[str, Any]]:
                 yield {"response": _finish(stop.value, runtime)}
                 return
             if not isinstance(effect, ModelCall):
-                result = getattr(runtime, _SYNC[type(effect)])(effect)
+                result = perform(runtime, effect)
                 continue
             assembler = model.StreamAssembler(effect.agent.name)
             with tracing.chat(runtime.trace, effect.request) as span:
@@ -301,7 +333,7 @@ async def adrive_stream(loop: Loop, runtime: Any) -> AsyncIterator[dict[str, Any
                 yield {"response": _finish(stop.value, runtime)}
                 return
             if not isinstance(effect, ModelCall):
-                result = await getattr(runtime, _ASYNC[type(effect)])(effect)
+                result = await aperform(runtime, effect)
                 continue
             assembler = model.StreamAssembler(effect.agent.name)
             with tracing.chat(runtime.trace, effect.request) as span:
