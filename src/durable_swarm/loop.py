@@ -4,7 +4,7 @@ The loop decides the next action from the run's state and *yields* each effect i
 driver, which performs it through a runtime and sends the result back:
 
 - `ModelCall`: the next assistant message;
-- `ToolCall`: one tool call;
+- `ToolInvocation`: one tool call;
 - `WaitForInput`: an answer from the person, or their decision on a tool call;
 - `Transition`: a record of a handoff (which rule fired, from which agent to which, and why);
 - `ListTools`: the tool list of a `ToolSource` (an MCP server), asked once per run and kept.
@@ -69,7 +69,7 @@ class ModelCall:
 
 
 @dataclass
-class ToolCall:
+class ToolInvocation:
     """Effect: run one tool call of the assistant's message against the run's context.
 
     `batch` holds every call of the message with its function, so a runtime may start the
@@ -122,7 +122,7 @@ class ListTools:
     source: ToolSource
 
 
-Effect = ModelCall | ToolCall | WaitForInput | Transition | ListTools
+Effect = ModelCall | ToolInvocation | WaitForInput | Transition | ListTools
 Loop = Generator[Effect, Any, Response]
 
 
@@ -319,7 +319,7 @@ def _run_tools(
             if not decision.approved:
                 state.history.append(tool_message(call, decision.tool_message(call)))
                 continue
-        outcome: ToolOutcome = yield ToolCall(
+        outcome: ToolOutcome = yield ToolInvocation(
             state.agent, call, function, state.context, debug, batch
         )
         message = outcome.message

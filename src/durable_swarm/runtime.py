@@ -26,7 +26,7 @@ from .loop import (
     Loop,
     ModelCall,
     RunRequest,
-    ToolCall,
+    ToolInvocation,
     Transition,
     WaitForInput,
     turn_loop,
@@ -143,7 +143,7 @@ class InMemoryRuntime:
         """`chunks` for async code."""
         return model.astream_chunks(self.client, effect.request, sender=effect.agent.name)
 
-    def call_tool(self, effect: ToolCall) -> ToolOutcome:
+    def call_tool(self, effect: ToolInvocation) -> ToolOutcome:
         """One tool call; model mistakes come back as an error message, never an exception."""
         _debug_tool(effect)
         if effect.function is not None and is_delegation(effect.function):
@@ -156,7 +156,7 @@ class InMemoryRuntime:
             tracing.tool_result(span, outcome.message)
         return outcome
 
-    async def acall_tool(self, effect: ToolCall) -> ToolOutcome:
+    async def acall_tool(self, effect: ToolInvocation) -> ToolOutcome:
         """`call_tool` for async code."""
         _debug_tool(effect)
         function = effect.function
@@ -170,7 +170,7 @@ class InMemoryRuntime:
             tracing.tool_result(span, outcome.message)
         return outcome
 
-    def _delegate(self, effect: ToolCall, function: Callable[..., Any]) -> ToolOutcome:
+    def _delegate(self, effect: ToolInvocation, function: Callable[..., Any]) -> ToolOutcome:
         """Run a sub-agent on its task with this runtime's client, in memory."""
         task, error = delegation_task(function, effect.call)
         if error is not None or task is None:
@@ -185,7 +185,7 @@ class InMemoryRuntime:
         return ToolOutcome(tool_message(effect.call, answer), effect.context_variables)
 
 
-def _debug_tool(effect: ToolCall) -> None:
+def _debug_tool(effect: ToolInvocation) -> None:
     name = effect.call["function"]["name"]
     if effect.function is None:
         debug_print(effect.debug, f"Tool {name} not found in function map.")
@@ -198,7 +198,7 @@ class Runtime(Protocol):
     """What `drive` and `drive_stream` need: one method per effect of the loop (sync)."""
 
     def call_model(self, effect: ModelCall) -> dict[str, Any]: ...
-    def call_tool(self, effect: ToolCall) -> ToolOutcome: ...
+    def call_tool(self, effect: ToolInvocation) -> ToolOutcome: ...
     def wait_for_input(self, effect: WaitForInput) -> Any: ...
     def record(self, effect: Transition) -> None: ...
     def list_tools(self, effect: ListTools) -> list[dict[str, Any]]: ...
@@ -208,7 +208,7 @@ class AsyncRuntime(Protocol):
     """What `adrive` and `adrive_stream` need: `Runtime`'s methods, async."""
 
     async def acall_model(self, effect: ModelCall) -> dict[str, Any]: ...
-    async def acall_tool(self, effect: ToolCall) -> ToolOutcome: ...
+    async def acall_tool(self, effect: ToolInvocation) -> ToolOutcome: ...
     async def await_input(self, effect: WaitForInput) -> Any: ...
     async def arecord(self, effect: Transition) -> None: ...
     async def alist_tools(self, effect: ListTools) -> list[dict[str, Any]]: ...
@@ -218,7 +218,7 @@ def perform(runtime: Runtime, effect: Effect) -> Any:
     """Perform one effect of the loop with `runtime`; its result goes back into the loop."""
     if isinstance(effect, ModelCall):
         return runtime.call_model(effect)
-    if isinstance(effect, ToolCall):
+    if isinstance(effect, ToolInvocation):
         return runtime.call_tool(effect)
     if isinstance(effect, WaitForInput):
         return runtime.wait_for_input(effect)
@@ -231,7 +231,7 @@ async def aperform(runtime: AsyncRuntime, effect: Effect) -> Any:
     """`perform` for async code."""
     if isinstance(effect, ModelCall):
         return await runtime.acall_model(effect)
-    if isinstance(effect, ToolCall):
+    if isinstance(effect, ToolInvocation):
         return await runtime.acall_tool(effect)
     if isinstance(effect, WaitForInput):
         return await runtime.await_input(effect)

@@ -47,7 +47,7 @@ from ..loop import (
     ListTools,
     ModelCall,
     RunRequest,
-    ToolCall,
+    ToolInvocation,
     Transition,
     WaitForInput,
     turn_loop,
@@ -608,7 +608,7 @@ class DurableRuntime:
             listing: list[dict[str, Any]] = await DBOS.run_step_async({"name": name}, list_step)
         return listing
 
-    async def acall_tool(self, effect: ToolCall) -> ToolOutcome:
+    async def acall_tool(self, effect: ToolInvocation) -> ToolOutcome:
         name = effect.call["function"]["name"]
         _debug_tool(effect)  # Swarm's debug lines, as the in-memory runtime prints them
         if effect.function is None:
@@ -715,7 +715,7 @@ class DurableRuntime:
             )
         return None
 
-    async def _start_children(self, effect: ToolCall) -> None:
+    async def _start_children(self, effect: ToolInvocation) -> None:
         """Start, in call order, every sub-agent of the message not started yet (fan-out)."""
         started = False
         for call, function in effect.batch:
@@ -753,7 +753,7 @@ class DurableRuntime:
             # this run's worker-slot accounting) before this run joins any of them.
             await asyncio.sleep(0)
 
-    async def _delegate(self, effect: ToolCall) -> ToolOutcome:
+    async def _delegate(self, effect: ToolInvocation) -> ToolOutcome:
         """A sub-agent call: a child workflow, joined here (see `durable_swarm.subagents`)."""
         await self._start_children(effect)
         child = self._children[id(effect.call)]
