@@ -12,7 +12,7 @@ from durable_swarm.human import Decision
 from durable_swarm.loop import (
     ModelCall,
     RunRequest,
-    ToolCall,
+    ToolInvocation,
     Transition,
     WaitForInput,
     turn_loop,
@@ -87,7 +87,7 @@ def test_a_tool_call_is_one_effect_and_its_outcome_feeds_the_next_model_call():
     script = iter([call("lookup", '{"city": "Oslo"}'), reply("It is cold.")])
 
     def answer(effect: Any) -> Any:
-        if isinstance(effect, ToolCall):
+        if isinstance(effect, ToolInvocation):
             assert effect.function is lookup and effect.context_variables == {"unit": "C"}
             message = tool_message(effect.call, "-3")
             return ToolOutcome(message, {**effect.context_variables, "seen": "Oslo"})
@@ -95,7 +95,7 @@ def test_a_tool_call_is_one_effect_and_its_outcome_feeds_the_next_model_call():
 
     effects, response = run(request(agent, USER, {"unit": "C"}), answer)
 
-    assert [type(e) for e in effects] == [ModelCall, ToolCall, ModelCall]
+    assert [type(e) for e in effects] == [ModelCall, ToolInvocation, ModelCall]
     second = effects[2].request["messages"]
     assert second[-1] == {
         "role": "tool",
@@ -118,7 +118,7 @@ def test_a_tool_returning_an_agent_hands_over_with_a_transition():
     script = iter([call("transfer"), reply("Sales here.")])
 
     def answer(effect: Any) -> Any:
-        if isinstance(effect, ToolCall):
+        if isinstance(effect, ToolInvocation):
             return ToolOutcome(tool_message(effect.call, "ok"), effect.context_variables, sales)
         if isinstance(effect, Transition):
             return None
@@ -145,13 +145,13 @@ def test_max_turns_and_execute_tools_stop_the_loop():
     calling = call("noop")
 
     def answer(effect: Any) -> Any:
-        if isinstance(effect, ToolCall):
+        if isinstance(effect, ToolInvocation):
             return ToolOutcome(tool_message(effect.call, ""), effect.context_variables)
         return calling
 
     effects, response = run(request(agent, USER, max_turns=3), answer)
     assert len(response.messages) == 4  # model, tool, model, tool: the turn that starts, ends
-    assert [type(e) for e in effects] == [ModelCall, ToolCall, ModelCall, ToolCall]
+    assert [type(e) for e in effects] == [ModelCall, ToolInvocation, ModelCall, ToolInvocation]
 
     effects, response = run(request(agent, USER, execute_tools=False), answer)
     assert [type(e) for e in effects] == [ModelCall] and response.messages == [calling]
@@ -170,7 +170,7 @@ def test_a_tool_that_needs_approval_waits_for_the_person_first():
         if isinstance(effect, WaitForInput):
             assert effect.kind == "approval" and effect.call["function"]["name"] == "pay"
             return Decision(False, "too much").to_json()
-        assert not isinstance(effect, ToolCall), "a rejected tool call never runs"
+        assert not isinstance(effect, ToolInvocation), "a rejected tool call never runs"
         return next(script)
 
     effects, response = run(request(agent, USER), answer)
@@ -228,7 +228,7 @@ def test_the_loop_is_deterministic_and_leaves_the_callers_data_alone():
             seen.append(
                 copy.deepcopy(getattr(effect, "request", None) or getattr(effect, "call", None))
             )
-            if isinstance(effect, ToolCall):
+            if isinstance(effect, ToolInvocation):
                 effect.context_variables["notes"].append("a")  # a tool changing it in place
                 return ToolOutcome(tool_message(effect.call, "ok"), effect.context_variables)
             return next(script)
