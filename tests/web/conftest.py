@@ -103,9 +103,10 @@ def serve_argv(url: str, *args: str) -> list[str]:
 class Console(Child):
     """A `durable-swarm serve` process; `http` is an httpx client on it."""
 
-    def __init__(self, url: str, log: Path, token: str | None = None) -> None:
+    def __init__(self, url: str, log: Path, token: str | None = None, *extra: str) -> None:
         self.port = free_port()
-        args = ["--port", str(self.port)] + (["--token", token] if token else [])
+        args = ["--port", str(self.port), *(["--token", token] if token else ["--no-token"])]
+        args += extra
         super().__init__("console", serve_argv(url, *args), log)
         self.base = f"http://127.0.0.1:{self.port}"
         self.http = httpx.Client(base_url=self.base, timeout=60)
