@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
+import anyio
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -151,8 +152,19 @@ class _EventStream(StreamingResponse):
         self._release = release
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # Stop at once when the client hangs up (a quiet stream would otherwise notice only
+        # at its next write, the keep-alive), whatever ASGI version the server speaks.
         try:
-            await super().__call__(scope, receive, send)
+            async with anyio.create_task_group() as group:
+
+                async def hang_up() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    group.cancel_scope.cancel()
+
+                group.start_soon(hang_up)
+                await super().__call__(scope, receive, send)
+                group.cancel_scope.cancel()
         finally:
             self._release()
 

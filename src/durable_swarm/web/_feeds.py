@@ -45,6 +45,7 @@ DEFAULT_MAX_STREAMS = 256
 DEFAULT_MAX_STREAMS_PER_CLIENT = 32
 QUEUE_SIZE = 1000  # events waiting for one slow viewer before it is dropped
 KEEPALIVE_SECONDS = 15.0
+HOLD_POLLS = 4  # polls a step recorded past a gap waits for the gap to fill
 _FINISHED = ("succeeded", "failed", "cancelled")
 
 
@@ -62,6 +63,7 @@ class _Event:
     kind: str  # "step", "status" or "end"
     data: str  # JSON, serialized once for every viewer
     step: int | None = None
+    final: bool = False  # a status of a run that has finished
 
 
 @dataclass(eq=False)
@@ -79,7 +81,10 @@ class _Feed:
         self.run_id = run_id
         self.viewers: set[_Viewer] = set()
         self.mark: RunMark | None = None
-        self.seen: set[int] = set()  # step numbers read
+        self.read: set[int] = set()  # step numbers read from the database
+        self.frontier = 0  # every step up to this one was sent (or given up on)
+        self.held: list[Any] = []  # steps read after a gap, waiting for the gap to fill
+        self.held_polls = 0
         self.arguments: dict[str, str] = {}  # tool call id -> arguments text
         self.handed_to: str | None = None  # the agent of the last handoff read
         self.status: _Event | None = None
@@ -100,8 +105,24 @@ class _Feed:
                 self.handed_to = output["target"]
             data = json.dumps(step_json(record, self.arguments))
             events.append(_Event("step", data, record.step))
-            self.seen.add(record.step)
         return events
+
+    def release(self, rows: list[Any], finished: bool) -> list[Any]:
+        """The rows to send now, in step order. A step can be recorded after a later one (a
+        wait's `DBOS.recv` after the `DBOS.sleep` of its timeout), so steps past a gap are
+        held until it fills, for at most `HOLD_POLLS` polls (some numbers are never used),
+        and never once the run finished (then every step is recorded)."""
+        self.held = sorted([*self.held, *rows], key=lambda r: r["function_id"])
+        out = []
+        while self.held and self.held[0]["function_id"] <= self.frontier + 1:
+            out.append(self.held.pop(0))
+            self.frontier = max(self.frontier, out[-1]["function_id"])
+        if self.held and (finished or self.held_polls >= HOLD_POLLS):
+            out += self.held
+            self.frontier = self.held[-1]["function_id"]
+            self.held = []
+        self.held_polls = self.held_polls + 1 if self.held else 0
+        return out
 
 
 def _new_rows(rows: list[Any], seen: set[int]) -> list[Any]:
@@ -129,6 +150,9 @@ class RunFeeds:
         self._open = 0
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
+        self.polls = 0
+
+    # `polls`: how many times the poller looked at the watched runs (one query each time).
 
     @property
     def open_streams(self) -> int:
@@ -180,7 +204,7 @@ class RunFeeds:
         if feed is None:
             feed = self._feeds[run_id] = _Feed(run_id)
         feed.viewers.add(viewer)
-        catch_up = feed.mark is not None and after < max(feed.seen, default=0)
+        catch_up = feed.mark is not None and after < feed.frontier
         if feed.status is not None:
             viewer.queue.put_nowait(feed.status)
         self._start()
@@ -208,7 +232,7 @@ class RunFeeds:
                     if event.data != last_status:
                         last_status = event.data
                         yield format_sse_event(event="status", data_str=event.data)
-                    if json.loads(event.data)["status"] in _FINISHED:
+                    if event.final:
                         yield format_sse_event(event="end", data_str=event.data)
                         return
                 else:
@@ -221,9 +245,8 @@ class RunFeeds:
 
     def _read_all(self, run_id: str, after: int) -> list[_Event]:
         """A late viewer's catch-up: the steps after `after`, read once for it."""
-        reader = _Feed(run_id)
-        events = reader.steps_json(list(self._client.runs.source.list_workflow_steps(run_id)))
-        return [e for e in events if (e.step or 0) > after]
+        rows = list(self._client.runs.source.list_workflow_steps(run_id))
+        return [e for e in _Feed(run_id).steps_json(rows) if (e.step or 0) > after]
 
     # --- the poller ------------------------------------------------------------------------
 
@@ -255,13 +278,14 @@ class RunFeeds:
 
     async def _tick(self) -> None:
         query = self._client.runs.query
+        self.polls += 1
         marks = await asyncio.to_thread(query.marks, list(self._feeds))
         for run_id, feed in list(self._feeds.items()):
             mark = marks.get(run_id)
             if mark is None:
                 gone = {"status": "deleted", "error": f"Run {run_id!r} no longer exists."}
                 self._publish(feed, [_Event("end", json.dumps(gone))])
-            elif mark != feed.mark:
+            elif mark != feed.mark or feed.held:
                 events = await asyncio.to_thread(self._read, feed, mark)
                 if self._feeds.get(run_id) is feed:
                     self._publish(feed, events)
@@ -269,16 +293,20 @@ class RunFeeds:
     def _read(self, feed: _Feed, mark: RunMark) -> list[_Event]:
         """What changed in `feed`'s run: its summary first (a finished status means every
         step is recorded), then the steps not read yet, then the status."""
+        if mark == feed.mark and feed.status is not None:  # only steps held back to send
+            return [*feed.steps_json(feed.release([], finished=False)), feed.status]
         info = self._client.runs.query.summaries([feed.run_id]).get(feed.run_id)
         if info is None:
             raise RunNotFoundError(feed.run_id)
-        events: list[_Event] = []
-        if mark.steps > len(feed.seen):
+        rows = []
+        if mark.steps > len(feed.read):
             source = self._client.runs.source
-            rows = list(source.list_workflow_steps(feed.run_id, offset=len(feed.seen)))
-            if len(_new_rows(rows, feed.seen)) < len(rows):  # a lower step came in late
+            rows = list(source.list_workflow_steps(feed.run_id, offset=len(feed.read)))
+            if len(_new_rows(rows, feed.read)) < len(rows):  # a lower step came in late
                 rows = list(source.list_workflow_steps(feed.run_id))
-            events = feed.steps_json(_new_rows(rows, feed.seen))
+            rows = _new_rows(rows, feed.read)
+            feed.read.update(r["function_id"] for r in rows)
+        events = feed.steps_json(feed.release(rows, finished=info.status in _FINISHED))
         agent = info.agent if info.status in _FINISHED else feed.handed_to or info.agent
         status = {
             "status": info.status,
@@ -287,7 +315,7 @@ class RunFeeds:
             "error": info.error,
             "updated_at": info.updated_at.isoformat() if info.updated_at else None,
         }
-        feed.status = _Event("status", json.dumps(status))
+        feed.status = _Event("status", json.dumps(status), final=info.status in _FINISHED)
         feed.mark = mark
         return [*events, feed.status]
 
