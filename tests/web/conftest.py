@@ -165,6 +165,14 @@ def locked_console(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     child.stop()
 
 
+@pytest.fixture(scope="module")
+def token_console(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    """`durable-swarm serve` with no token option: it makes one (see `Console.link`)."""
+    child = Console(db_url, tmp_path_factory.mktemp("made") / "console.log", made=True)
+    yield child
+    child.stop()
+
+
 def run_status(console: Console, run_id: str) -> str:
     response = console.http.get(f"/api/runs/{run_id}")
     return str(response.json()["status"]) if response.status_code == 200 else ""

@@ -293,14 +293,6 @@ def test_the_runs_list_reads_summaries_and_answers_304_when_unchanged(
     assert ask["status"] == "succeeded" and ask["model_calls"] == 2
 
 
-@pytest.fixture(scope="module")
-def token_console(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
-    """`durable-swarm serve` with no token option: it makes one."""
-    child = Console(db_url, tmp_path_factory.mktemp("made") / "console.log", made=True)
-    yield child
-    child.stop()
-
-
 def test_serve_makes_a_token_and_prints_a_link_that_logs_in(
     token_console: Console, batch: str
 ) -> None:

@@ -279,8 +279,11 @@ class RunFeeds:
     async def _tick(self) -> None:
         query = self._client.runs.query
         self.polls += 1
-        marks = await asyncio.to_thread(query.marks, list(self._feeds))
-        for run_id, feed in list(self._feeds.items()):
+        watched = dict(self._feeds)  # a feed made during the query is read next time
+        marks = await asyncio.to_thread(query.marks, list(watched))
+        for run_id, feed in watched.items():
+            if self._feeds.get(run_id) is not feed:
+                continue  # its last viewer left meanwhile
             mark = marks.get(run_id)
             if mark is None:
                 gone = {"status": "deleted", "error": f"Run {run_id!r} no longer exists."}
