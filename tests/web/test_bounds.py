@@ -149,6 +149,9 @@ def test_idle_viewers_cost_no_queries_one_poll_serves_all(
         except AssertionError as e:
             raise AssertionError(f"{e}; {watch.output()}") from None
         assert feeds.open_streams == 25 and feeds.watched_runs == 2
+        metrics = httpx.get(f"{base}/metrics", timeout=60).text
+        assert "durable_swarm_console_streams 25.0" in metrics
+        assert "durable_swarm_console_watched_runs 2.0" in metrics
         assert {v.of("status")[0]["data"]["status"] for v in viewers[:20]} == {"waiting_for_input"}
         assert viewers[-1].of("status")[0]["data"]["status"] == "waiting_for_approval"
         # Nothing changes: each poll is one query for both runs and all 25 viewers.

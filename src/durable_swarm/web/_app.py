@@ -413,8 +413,10 @@ def create_app(
 
     @app.get("/metrics", tags=["metrics"], response_class=Response)
     def metrics() -> Response:
-        """Prometheus text format: runs by status, steps, model calls, tokens, latency."""
-        return Response(metrics_text(client.runs.query), media_type="text/plain; version=0.0.4")
+        """Prometheus text format: runs by status, steps, model calls, tokens, latency, and
+        the console's live streams (open, runs watched, polls)."""
+        text = metrics_text(client.runs.query, feeds)
+        return Response(text, media_type="text/plain; version=0.0.4")
 
     # --- acting ------------------------------------------------------------------------------
 
