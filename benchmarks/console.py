@@ -183,9 +183,15 @@ def measure(label: str, url: str, total: int, repeat: int) -> list[list[Any]]:
         print(f"{label}: {count:,} runs in the database (made and copied in {filled:.0f} s)")
         http = TestClient(create_app(client))
         deep = min(50_000, total // 2)
+        first = http.get("/api/runs")
+        unchanged = {"If-None-Match": first.headers.get("etag", "")}
+        again = http.get("/api/runs", headers=unchanged)
+        print(f"{label}: GET /api/runs answers {len(first.content):,} bytes; again with its "
+              f"ETag: {again.status_code}, {len(again.content):,} bytes")  # fmt: skip
         cases: list[tuple[str, Callable[[], Any]]] = [
             ("runs list, first page + total", lambda: runs_page(client)),
             ("  GET /api/runs (the app)", lambda: http.get("/api/runs").raise_for_status()),
+            ("  the same, unchanged (304)", lambda: http.get("/api/runs", headers=unchanged)),
             ("  status=succeeded", lambda: runs_page(client, status="succeeded")),
             ("  status=waiting_for_approval", lambda: runs_page(client, status=APPROVAL)),
             ("  agent=Support", lambda: runs_page(client, agent="Support")),

@@ -322,6 +322,12 @@ def test_serve_makes_a_token_and_prints_a_link_that_logs_in(
     assert http.get("/api/runs", params={"token": token}).status_code == 401
 
 
+def test_a_link_with_a_token_opens_a_console_without_one(console: Console) -> None:
+    opened = console.http.get("/approvals", params={"token": "anything"})
+    assert opened.status_code == 303 and opened.headers["location"] == "/approvals"
+    assert "set-cookie" not in opened.headers
+
+
 def test_no_token_is_for_loopback_only_and_excludes_a_token(db_url: str) -> None:
     env = {"PATH": "/usr/bin:/bin"}
     done = subprocess.run(

@@ -257,7 +257,9 @@ def create_app(
         rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
         sent = request.scope.get("raw_path", b"").decode("latin-1") or request.url.path
         target = _safe_next(sent) + (f"?{urlencode(rest)}" if rest else "")
-        if token is None or session is None or not _same_secret(given, token):
+        if token is None or session is None:  # an open console: nothing to log in to
+            return RedirectResponse(target, status_code=303)
+        if not _same_secret(given, token):
             return RedirectResponse(f"/login?next={quote(target, safe='/')}", status_code=303)
         redirect = RedirectResponse(target, status_code=303)
         redirect.set_cookie(
