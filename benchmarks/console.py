@@ -21,16 +21,37 @@ Nothing is asserted; the figures are printed as a table. The databases are remov
 
     .venv/bin/python benchmarks/console.py            # 100,000 runs on PostgreSQL
     .venv/bin/python benchmarks/console.py --quick    # 10,000 runs
+
+With `--viewers 50,200` it measures live viewers instead: the same 20 real runs (8 of them
+waiting for a person, so nothing changes), a real `durable-swarm serve` child process counting
+every SQL statement it sends (SQLAlchemy engine events, `_console_serve.py`), and N concurrent
+Server-Sent Events clients spread over the 8 waiting runs. Once every client has its run's
+status, it counts for `--seconds` (default 10): statements per second, per idle viewer, and on
+PostgreSQL the database's transactions per second (`pg_stat_database`, this database only), the
+console's CPU and its peak RSS. `--baseline-src DIR` measures another checkout's `src` the same
+way (before: `git archive main src | tar -x -C /tmp/main`, then `--baseline-src /tmp/main/src`).
+
+    .venv/bin/python benchmarks/console.py --viewers 50,200 --backends sqlite,postgres \
+        --baseline-src /tmp/main/src
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
+import socket
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import httpx
 import sqlalchemy as sa
 from _common import databases, print_table
 from fastapi.testclient import TestClient
@@ -162,9 +183,15 @@ def measure(label: str, url: str, total: int, repeat: int) -> list[list[Any]]:
         print(f"{label}: {count:,} runs in the database (made and copied in {filled:.0f} s)")
         http = TestClient(create_app(client))
         deep = min(50_000, total // 2)
+        first = http.get("/api/runs")
+        unchanged = {"If-None-Match": first.headers.get("etag", "")}
+        again = http.get("/api/runs", headers=unchanged)
+        print(f"{label}: GET /api/runs answers {len(first.content):,} bytes; again with its "
+              f"ETag: {again.status_code}, {len(again.content):,} bytes")  # fmt: skip
         cases: list[tuple[str, Callable[[], Any]]] = [
             ("runs list, first page + total", lambda: runs_page(client)),
             ("  GET /api/runs (the app)", lambda: http.get("/api/runs").raise_for_status()),
+            ("  the same, unchanged (304)", lambda: http.get("/api/runs", headers=unchanged)),
             ("  status=succeeded", lambda: runs_page(client, status="succeeded")),
             ("  status=waiting_for_approval", lambda: runs_page(client, status=APPROVAL)),
             ("  agent=Support", lambda: runs_page(client, agent="Support")),
@@ -184,13 +211,179 @@ def measure(label: str, url: str, total: int, repeat: int) -> list[list[Any]]:
     return rows
 
 
+# --- live viewers ------------------------------------------------------------------------------
+
+SERVE_CHILD = Path(__file__).resolve().with_name("_console_serve.py")
+WAITING = [f"t-{kind}-{n}" for kind in ("ask", "pay") for n in range(TEMPLATES["ask"])]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ConsoleChild:
+    """`durable-swarm serve` in a child process counting its SQL statements."""
+
+    def __init__(self, url: str, src: str | None, workdir: str) -> None:
+        self.port = _free_port()
+        self.count_file = os.path.join(workdir, f"count-{self.port}")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_SWARM_TOKEN")}
+        argv = [sys.executable, str(SERVE_CHILD), self.count_file, "--database-url", url]
+        argv += ["--port", str(self.port)]
+        if src is None:  # this checkout: no token, caps above the viewers
+            argv += ["--no-token", "--max-streams", "100000", "--max-streams-per-client", "100000"]
+        else:
+            env["PYTHONPATH"] = src
+        self.log = open(os.path.join(workdir, f"console-{self.port}.log"), "w")  # noqa: SIM115
+        self.process = subprocess.Popen(argv, env=env, stdout=self.log, stderr=self.log)
+        self.base = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                httpx.get(self.base + "/static/app.css", timeout=5)
+                break
+            except httpx.TransportError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the console did not start: see {self.log.name}") from None
+                time.sleep(0.2)
+
+    def statements(self) -> int:
+        try:
+            return int(Path(self.count_file).read_text() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def peak_rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+
+async def _viewer(http: httpx.AsyncClient, run_id: str, ready: asyncio.Event) -> None:
+    async with http.stream("GET", f"/api/runs/{quote(run_id, safe='')}/events") as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"stream refused: {response.status_code} {await response.aread()!r}")
+        async for line in response.aiter_lines():
+            if line == "event: status":
+                ready.set()
+
+
+def _pg_transactions(url: str) -> int | None:
+    if not url.startswith("postgresql"):
+        return None
+    import psycopg
+
+    with psycopg.connect(url.replace("postgresql+psycopg", "postgresql")) as conn:
+        row = conn.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database "
+            "WHERE datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else None
+
+
+async def _watch(child: ConsoleChild, url: str, viewers: int, seconds: float) -> list[Any]:
+    limits = httpx.Limits(max_connections=viewers + 10, max_keepalive_connections=0)
+    timeout = httpx.Timeout(30, read=None)
+    async with httpx.AsyncClient(base_url=child.base, limits=limits, timeout=timeout) as http:
+        ready = [asyncio.Event() for _ in range(viewers)]
+        tasks = [
+            asyncio.create_task(_viewer(http, WAITING[i % len(WAITING)], ready[i]))
+            for i in range(viewers)
+        ]
+        started = time.monotonic()
+        while sum(r.is_set() for r in ready) < viewers and time.monotonic() - started < 120:
+            failed = [t for t in tasks if t.done() and t.exception()]
+            if failed:
+                raise RuntimeError(str(failed[0].exception()))
+            await asyncio.sleep(0.2)
+        settled = time.monotonic() - started
+        served = sum(r.is_set() for r in ready)
+        await asyncio.sleep(2)
+        q0, x0, c0 = child.statements(), _pg_transactions(url), child.cpu_seconds()
+        t0 = time.monotonic()
+        await asyncio.sleep(seconds)
+        q1, x1, c1 = child.statements(), _pg_transactions(url), child.cpu_seconds()
+        t1 = time.monotonic()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    elapsed = t1 - t0
+    per_second = (q1 - q0) / elapsed
+    xacts = f"{((x1 or 0) - (x0 or 0) - 1) / elapsed:.1f}" if x0 is not None else "-"
+    return [
+        viewers,
+        min(viewers, len(WAITING)),
+        f"{served}/{viewers} in {settled:.1f} s",
+        f"{per_second:.1f}",
+        f"{per_second / viewers:.3f}",
+        xacts,
+        f"{100 * (c1 - c0) / elapsed:.0f}%",
+        f"{child.peak_rss_mb():.0f}",
+    ]  # fmt: skip
+
+
+def measure_viewers(
+    label: str, url: str, counts: list[int], seconds: float, baseline: str | None
+) -> list[list[Any]]:
+    make_templates(url)
+    rows = []
+    versions = [("main", baseline)] if baseline else []
+    versions.append(("this", None))
+    with tempfile.TemporaryDirectory(prefix="console-viewers-") as workdir:
+        for version, src in versions:
+            for viewers in counts:
+                child = ConsoleChild(url, src, workdir)
+                try:
+                    row = asyncio.run(_watch(child, url, viewers, seconds))
+                finally:
+                    child.stop()
+                rows.append([version, *row])
+                print(f"{label} {version} {viewers} viewers: {row}", flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="10,000 runs, 5 repeats")
     parser.add_argument("--runs", type=int, help="runs in the database (default 100,000)")
     parser.add_argument("--repeat", type=int, help="timings per query (default 20)")
     parser.add_argument("--backends", default="postgres", help="postgres and/or sqlite")
+    parser.add_argument("--viewers", help="measure live viewers instead, e.g. 50,200")
+    parser.add_argument("--seconds", type=float, default=10.0, help="viewers: counting time")
+    parser.add_argument("--baseline-src", help="viewers: also measure this checkout's src")
     args = parser.parse_args()
+    if args.viewers:
+        counts = [int(n) for n in args.viewers.split(",")]
+        wanted_backends = set(args.backends.split(","))
+        with databases(postgres="postgres" in wanted_backends) as dbs:
+            for label, url in dbs:
+                if label not in wanted_backends:
+                    continue
+                rows = measure_viewers(label, url, counts, args.seconds, args.baseline_src)
+                print_table(
+                    f"Idle live viewers ({label}): SQL statements sent by `serve` while "
+                    f"nothing changes, counted for {args.seconds:g} s",
+                    ["code", "viewers", "runs", "first status", "statements/s",
+                     "per viewer/s", "pg xacts/s", "CPU", "peak RSS MB"],
+                    rows,
+                )  # fmt: skip
+        return
     total = args.runs or (10_000 if args.quick else 100_000)
     repeat = args.repeat or (5 if args.quick else 20)
     wanted = set(args.backends.split(","))

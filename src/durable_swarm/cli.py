@@ -103,6 +103,12 @@ def _non_negative(text: str) -> float:
     return _seconds(text, zero=True)
 
 
+def _positive_int(text: str) -> int:
+    if (value := _number(text, int, "a whole number")) < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {text!r}")
+    return value
+
+
 def _count(text: str) -> int:
     if (value := _number(text, int, "a whole number")) < 0:
         raise argparse.ArgumentTypeError(f"expected 0 or more, got {text!r}")
@@ -339,9 +345,23 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--token",
         default=os.environ.get("DURABLE_SWARM_TOKEN") or None,
-        help="require 'Authorization: Bearer T' (or a login) on every request "
-        "(default: DURABLE_SWARM_TOKEN)",
+        help="require 'Authorization: Bearer T' (or a login) on every request (default: "
+        "DURABLE_SWARM_TOKEN, else a random token made at start and printed in a link to open)",
     )
+    serve.add_argument(
+        "--no-token",
+        action="store_true",
+        help="no token at all (loopback only): any process on this machine can read and steer runs",
+    )
+    serve.add_argument(
+        "--max-streams", type=_positive_int, metavar="N",
+        help="live event streams open at once, in all (default: 256; past it: 503)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--max-streams-per-client", type=_positive_int, metavar="N",
+        help="live event streams open at once from one client address (default: 32; past "
+        "it: 429)",
+    )  # fmt: skip
 
     completion = commands.add_parser(
         "completion",
@@ -362,12 +382,22 @@ def _cmd_serve(args: argparse.Namespace, style: Style) -> int:
         from .web import check_bind, serve
     except ImportError as e:
         raise CliError(str(e)) from e
+    if args.no_token and args.token:
+        raise CliError(
+            "--no-token and a token (--token, or DURABLE_SWARM_TOKEN) were both given: choose one.",
+            status=2,
+        )
     try:
         check_bind(args.host, args.token)
     except DurableSwarmError as e:
         raise CliError(str(e), status=2) from e
     url = getattr(args, "database_url", None)
-    serve(url, host=args.host, port=args.port, token=args.token)
+    caps = {
+        name: value
+        for name in ("max_streams", "max_streams_per_client")
+        if (value := getattr(args, name)) is not None
+    }
+    serve(url, host=args.host, port=args.port, token=args.token, no_token=args.no_token, **caps)
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -103,9 +104,13 @@ def serve_argv(url: str, *args: str) -> list[str]:
 class Console(Child):
     """A `durable-swarm serve` process; `http` is an httpx client on it."""
 
-    def __init__(self, url: str, log: Path, token: str | None = None) -> None:
+    def __init__(
+        self, url: str, log: Path, token: str | None = None, *extra: str, made: bool = False
+    ) -> None:
+        """`token` None: `--no-token`, unless `made` (then `serve` makes one: see `link`)."""
         self.port = free_port()
-        args = ["--port", str(self.port)] + (["--token", token] if token else [])
+        args = ["--port", str(self.port), *(["--token", token] if token else [])]
+        args += ([] if token or made else ["--no-token"]) + list(extra)
         super().__init__("console", serve_argv(url, *args), log)
         self.base = f"http://127.0.0.1:{self.port}"
         self.http = httpx.Client(base_url=self.base, timeout=60)
@@ -117,6 +122,12 @@ class Console(Child):
         except httpx.TransportError:
             return False
         return True
+
+    def link(self) -> str:
+        """The link with the token `serve` made and printed (`made=True`)."""
+        found = re.search(r"(http://\S+/\?token=\S+)", self.output())
+        assert found, f"no link in the console's output:\n{self.output()}"
+        return found.group(1)
 
     def stop(self) -> None:
         self.http.close()
@@ -150,6 +161,14 @@ def console(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
 def locked_console(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     """`durable-swarm serve --token TOKEN` on this module's database."""
     child = Console(db_url, tmp_path_factory.mktemp("locked") / "console.log", token=TOKEN)
+    yield child
+    child.stop()
+
+
+@pytest.fixture(scope="module")
+def token_console(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    """`durable-swarm serve` with no token option: it makes one (see `Console.link`)."""
+    child = Console(db_url, tmp_path_factory.mktemp("made") / "console.log", made=True)
     yield child
     child.stop()
 

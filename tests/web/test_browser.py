@@ -160,6 +160,61 @@ def test_a_person_answers_and_approves_from_the_pages_and_sees_the_runs_finish(
     _screenshot(page)
 
 
+def test_the_run_page_applies_events_without_reading_the_run_again(tab: Page, batch: str) -> None:
+    """While a run moves, its page reads the run once at the start and then only when a step
+    changes earlier messages (here the person's decision) and at the end: each step the stream
+    sends is appended to the timeline, whose earlier entries stay as they were drawn."""
+    path = f"/api/runs/{batch}-pay"
+    reads: list[str] = []
+    tab.page.on("request", lambda r: reads.append(r.url) if r.url.endswith(path) else None)
+    page = tab.open(f"/runs/{batch}-pay")
+    page.wait_for_selector("#wait-approval:not([hidden])")
+    page.wait_for_selector("#live:not([hidden])")
+    drawn = page.evaluate(
+        "() => { window.__drawn = [...document.querySelectorAll('#timeline li.step')];"
+        " return window.__drawn.length; }"
+    )
+    assert drawn >= 1 and len(reads) == 1
+    page.click("#approve")
+    page.wait_for_selector(".msg.final")
+    page.locator('#timeline li[data-kind="tool"]').filter(has_text="refund").wait_for()
+    kept = page.evaluate("() => window.__drawn.every((node) => node.isConnected)")
+    assert kept, "the timeline was drawn again instead of appended to"
+    steps = page.locator("#timeline li.step").evaluate_all("s => s.map(n => +n.dataset.step)")
+    assert steps == sorted(steps) and len(steps) > drawn
+    assert page.locator("#status").inner_text() == "succeeded"
+    assert page.locator("#wait-approval").is_hidden() and page.locator("#live").is_hidden()
+    assert len(reads) <= 3, f"the run was read {len(reads)} times"  # start, decision, end
+    assert tab.not_reloaded()
+
+
+def test_the_runs_list_reads_nothing_again_while_nothing_changes(tab: Page, batch: str) -> None:
+    answers: list[int] = []
+    tab.page.on("response", lambda r: answers.append(r.status) if "/api/runs?" in r.url else None)
+    page = tab.open(f"/?q={batch}")
+    page.wait_for_selector(f'tr[data-run-id="{batch}-ok"]')
+    for _ in range(2):  # polls every 2 s: the same page, answered 304 with no body
+        page.wait_for_event("response", lambda r: "/api/runs?" in r.url and r.status == 304)
+    assert answers[0] == 200 and 304 in answers
+    assert page.locator("tr[data-run-id]").count() == 4
+
+
+def test_the_link_serve_prints_logs_the_browser_in(browser: Any, token_console: Console) -> None:
+    visitor = Page(browser, token_console)
+    try:
+        page = visitor.page
+        page.goto(token_console.base + "/")
+        assert "/login" in page.url  # no token, no console
+        page.goto(token_console.link())
+        page.wait_for_selector("tr[data-run-id], #runs-body td")
+        assert page.url == token_console.base + "/"  # the token left the address bar
+        cookies = visitor.context.cookies()
+        assert any(c["name"] == "durable_swarm_session" and c["httpOnly"] for c in cookies)
+    finally:
+        visitor.context.close()
+    assert visitor.errors == []
+
+
 def _screenshot(page: Any) -> None:
     """The run page as the README shows it."""
     page.wait_for_function(

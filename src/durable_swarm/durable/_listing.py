@@ -21,10 +21,11 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
 from ..errors import DurableSwarmError
+from ..usage import Tally
 from ._log import MESSAGE_STEPS, WAITING_EVENT, WORKFLOW_NAME, JsonSerializer
-from ._runs import DBOS_STATUSES, run_status, time_of
+from ._runs import DBOS_STATUSES, RunInfo, run_status, time_of
 
-__all__ = ["PendingApproval", "RunFilter", "RunQuery"]
+__all__ = ["PendingApproval", "RunFilter", "RunMark", "RunQuery"]
 
 # The step whose stored output holds a person's answer.
 _ANSWER_STEP = "DBOS.recv"
@@ -45,6 +46,19 @@ class PendingApproval:
     arguments: str
     agent: str | None
     since: datetime | None
+
+
+@dataclass(frozen=True)
+class RunMark:
+    """What changes when a run moves, read without its payloads: its DBOS status, when its
+    status row last changed, how many steps it has recorded and the highest step number. Two
+    equal marks of one run mean nothing was recorded in between (steps are only ever added; a
+    wait set or answered is a step too)."""
+
+    status: str
+    updated_at: int | None
+    steps: int
+    last_step: int
 
 
 def _epoch_ms(value: Any, what: str) -> int:
@@ -438,3 +452,145 @@ class RunQuery:
                 )
             )
         return found
+
+    # --- cheap reads for the console: no payloads -------------------------------------------
+
+    def marks(self, run_ids: Sequence[str]) -> dict[str, RunMark]:
+        """Each run's `RunMark`, by run id, in one query (unknown ids are left out)."""
+        if not run_ids:
+            return {}
+        ws, op = self._tables.workflow_status, self._tables.operation_outputs
+        steps = (
+            sa.select(
+                op.c.workflow_uuid,
+                sa.func.count().label("n"),
+                sa.func.max(op.c.function_id).label("last"),
+            )
+            .where(op.c.workflow_uuid.in_(list(run_ids)))
+            .group_by(op.c.workflow_uuid)
+            .subquery()
+        )
+        query = (
+            sa.select(ws.c.workflow_uuid, ws.c.status, ws.c.updated_at, steps.c.n, steps.c.last)
+            .select_from(ws.outerjoin(steps, steps.c.workflow_uuid == ws.c.workflow_uuid))
+            .where(ws.c.workflow_uuid.in_(list(run_ids)))
+        )
+        with self._engine.connect() as conn:
+            return {
+                run_id: RunMark(status, updated, int(n or 0), int(last or 0))
+                for run_id, status, updated, n, last in conn.execute(query)
+            }
+
+    def summaries(self, run_ids: Sequence[str]) -> dict[str, RunInfo]:
+        """Each run as a row of a listing, by run id, in one query that reads only a few fields
+        inside the stored input and result (never the messages): status, agent (the one it
+        ended on, else the one it started with), times, parent, fork origin, what it waits
+        for, its error and, once it finished, its usage. Steps and messages are left empty.
+        Unknown ids are left out."""
+        if not run_ids:
+            return {}
+        t = self._tables
+        ws, wi, wo, ev = t.workflow_status, t.workflow_input, t.workflow_output, t.workflow_events
+        inputs = sa.func.coalesce(wi.c.inputs, ws.c.inputs)
+        output = sa.func.coalesce(wo.c.output, ws.c.output)
+        spec: tuple[str | int, ...] = ("value", "args", 0)
+        query = (
+            sa.select(
+                ws.c.workflow_uuid,
+                ws.c.status,
+                ws.c.created_at,
+                ws.c.updated_at,
+                ws.c.forked_from,
+                sa.func.coalesce(wo.c.error, ws.c.error),
+                self._json_text(output, "value", "agent", "name"),
+                self._json_text(inputs, *spec, "agent", "name"),
+                self._json_text(inputs, *spec, "parent"),
+                self._json_text(output, "value", "usage"),
+                ev.c.value,
+            )
+            .select_from(
+                ws.outerjoin(wi, wi.c.workflow_uuid == ws.c.workflow_uuid)
+                .outerjoin(wo, wo.c.workflow_uuid == ws.c.workflow_uuid)
+                .outerjoin(
+                    ev,
+                    sa.and_(ev.c.workflow_uuid == ws.c.workflow_uuid, ev.c.key == WAITING_EVENT),
+                )
+            )
+            .where(ws.c.workflow_uuid.in_(list(run_ids)))
+        )
+        with self._engine.connect() as conn:
+            rows = conn.execute(query).all()
+        found = {}
+        for (
+            run_id,
+            status,
+            created,
+            updated,
+            forked,
+            error,
+            ended_on,
+            started_on,
+            parent,
+            usage,
+            waits,
+        ) in rows:
+            waiting = self._deserialized(waits) if status in DBOS_STATUSES["pending"] else None
+            tally = None
+            if usage:
+                try:
+                    tally = Tally.from_json(json.loads(usage))
+                except (ValueError, TypeError, KeyError, AttributeError):
+                    tally = None
+            found[run_id] = RunInfo(
+                run_id=run_id,
+                status=run_status(status, waiting or None),
+                agent=ended_on or started_on,
+                waiting_for=waiting or None,
+                error=self._error_text(error),
+                created_at=time_of(created),
+                updated_at=time_of(updated),
+                forked_from=forked,
+                parent=parent,
+                usage=tally.total if tally else None,
+                usage_by_agent=dict(tally.by_agent) if tally else {},
+            )
+        return found
+
+    def _deserialized(self, stored: str | None) -> Any:
+        if not stored:
+            return None
+        try:
+            return self._serializer.deserialize(stored)
+        except (ValueError, TypeError):
+            return None
+
+    def _error_text(self, stored: str | None) -> str | None:
+        """A stored error as `get_run` shows it (its text); a payload this library cannot read
+        is shown as stored."""
+        if not stored:
+            return None
+        try:
+            error = self._serializer.deserialize(stored)
+        except (ValueError, TypeError):
+            return stored
+        return None if error is None else str(error)
+
+    def usage_totals(self, run_ids: Sequence[str]) -> dict[str, dict[str, int]]:
+        """Each run's model calls and tokens so far, like `model_usage`, but summed by the
+        database (the model calls' outputs are not read here)."""
+        usage = {run_id: {"model_calls": 0, "tokens": 0} for run_id in run_ids}
+        if not run_ids:
+            return usage
+        op = self._tables.operation_outputs
+        tokens = sa.cast(
+            self._json_text(op.c.output, "value", "usage", "total_tokens"), sa.BigInteger
+        )
+        query = (
+            sa.select(op.c.workflow_uuid, sa.func.count(), sa.func.sum(tokens))
+            .where(op.c.workflow_uuid.in_(list(run_ids)), op.c.function_name.like(MESSAGE_STEPS[0]))
+            .group_by(op.c.workflow_uuid)
+        )
+        with self._engine.connect() as conn:
+            for run_id, n, total in conn.execute(query):
+                usage[run_id] = {"model_calls": int(n), "tokens": int(total or 0)}
+        return usage

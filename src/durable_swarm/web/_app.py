@@ -13,14 +13,15 @@ import hashlib
 import hmac
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
+import anyio
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-from fastapi.sse import format_sse_event
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,10 +30,12 @@ from starlette.responses import StreamingResponse
 
 from .._terminal import clean
 from ..durable._client import DurableClient
+from ..durable._listing import RunFilter
 from ..durable._runs import STATUSES
 from ..errors import DurableSwarmError, RunNotFoundError
+from ._feeds import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_CLIENT, RunFeeds, StreamLimit
 from ._metrics import metrics_text
-from ._views import approval_json, run_detail, run_summary, step_json, tool_arguments
+from ._views import approval_json, run_detail, run_summary
 
 __all__ = ["create_app"]
 
@@ -136,23 +139,93 @@ def _safe_next(target: str | None) -> str:
     return "/"
 
 
+class _EventStream(StreamingResponse):
+    """An event stream that gives its reserved place back however it ends (finished, client
+    gone, or never started)."""
+
+    def __init__(self, content: AsyncIterator[bytes], release: Callable[[], None]) -> None:
+        super().__init__(
+            content,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+        self._release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # Stop at once when the client hangs up (a quiet stream would otherwise notice only
+        # at its next write, the keep-alive), whatever ASGI version the server speaks.
+        try:
+            async with anyio.create_task_group() as group:
+
+                async def hang_up() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    group.cancel_scope.cancel()
+
+                group.start_soon(hang_up)
+                await super().__call__(scope, receive, send)
+                group.cancel_scope.cancel()
+        finally:
+            self._release()
+
+
+def _etag(*parts: Any) -> str:
+    return '"' + hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32] + '"'
+
+
 def create_app(
-    client: DurableClient, *, token: str | None = None, poll_interval: float = 0.25
+    client: DurableClient,
+    *,
+    token: str | None = None,
+    poll_interval: float = 0.25,
+    max_streams: int = DEFAULT_MAX_STREAMS,
+    max_streams_per_client: int = DEFAULT_MAX_STREAMS_PER_CLIENT,
 ) -> FastAPI:
     """The console and HTTP API over `client` (see `durable-swarm serve`).
 
     With `token`, every request but the login page and static assets needs
-    `Authorization: Bearer <token>` or the HttpOnly, SameSite=Strict cookie the login page sets.
-    Requests that change something are refused (403) when their `Origin` (or `Referer`) is
-    another site. `poll_interval` is how often (seconds) the event stream looks for new steps.
+    `Authorization: Bearer <token>` or the HttpOnly, SameSite=Strict cookie the login page (or
+    opening a page with `?token=<token>`) sets. Requests that change something are refused
+    (403) when their `Origin` (or `Referer`) is another site.
+
+    Event streams share one poller: every `poll_interval` seconds one query looks at all the
+    runs being watched, and only a run that changed is read (its new steps). At most
+    `max_streams` streams are open at once (503 past it) and `max_streams_per_client` from one
+    client address (429 past it).
     """
+    for name, value in (
+        ("max_streams", max_streams),
+        ("max_streams_per_client", max_streams_per_client),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise DurableSwarmError(
+                f"`{name}` must be a whole number of at least 1, not {value!r}."
+            )
+    if not poll_interval > 0:
+        raise DurableSwarmError(
+            f"`poll_interval` must be a number of seconds above 0, not {poll_interval!r}."
+        )
+    feeds = RunFeeds(
+        client,
+        poll_interval=poll_interval,
+        max_streams=max_streams,
+        max_streams_per_client=max_streams_per_client,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await feeds.close()
+
     app = FastAPI(
         title="durable-swarm",
         summary="Look at and steer durable-swarm runs.",
         openapi_url="/api/openapi.json",
         docs_url=None,
         redoc_url=None,
+        lifespan=lifespan,
     )
+    app.state.feeds = feeds
     templates = Jinja2Templates(directory=str(_HERE / "templates"))
     templates.env.filters["visible"] = clean  # control and invisible characters as escapes
     app.mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static")
@@ -178,6 +251,22 @@ def create_app(
         parts = urlsplit(origin)
         return f"{parts.scheme}://{parts.netloc}" == f"{request.url.scheme}://{request.url.netloc}"
 
+    def token_login(request: Request, given: str) -> Response:
+        """A page opened with `?token=T` (the link `serve` prints): the login cookie is set and
+        the browser sent on to the same page without the token in its address."""
+        rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+        sent = request.scope.get("raw_path", b"").decode("latin-1") or request.url.path
+        target = _safe_next(sent) + (f"?{urlencode(rest)}" if rest else "")
+        if token is None or session is None:  # an open console: nothing to log in to
+            return RedirectResponse(target, status_code=303)
+        if not _same_secret(given, token):
+            return RedirectResponse(f"/login?next={quote(target, safe='/')}", status_code=303)
+        redirect = RedirectResponse(target, status_code=303)
+        redirect.set_cookie(
+            COOKIE, session, httponly=True, samesite="strict", secure=request.url.scheme == "https"
+        )
+        return redirect
+
     @app.middleware("http")
     async def guard(request: Request, call_next: Callable[[Request], Any]) -> Response:
         response = await checked(request, call_next)
@@ -192,6 +281,9 @@ def create_app(
                 "Cross-origin request refused: a request that changes something must come "
                 "from this console's own pages (or a client that sends no Origin header).",
             )
+        given = request.query_params.get("token")
+        if given is not None and request.method == "GET" and not path.startswith("/api/"):
+            return token_login(request, given)
         if not path.startswith(_PUBLIC) and not authorized(request):
             if path.startswith("/api/") or path == "/metrics":
                 return _error(
@@ -234,6 +326,12 @@ def create_app(
     for error, status in ((_BadRequest, 422), (RunNotFoundError, 404), (DurableSwarmError, 409)):
         app.add_exception_handler(error, _answer_with(status))
 
+    @app.exception_handler(StreamLimit)
+    async def too_many(request: Request, exc: StreamLimit) -> JSONResponse:
+        response = _error(exc.status, str(exc))
+        response.headers["Retry-After"] = "10"
+        return response
+
     # --- reading -----------------------------------------------------------------------------
 
     def detail(run_id: str) -> dict[str, Any]:
@@ -249,22 +347,34 @@ def create_app(
         q: Annotated[str | None, Query(description="text in the run's messages")] = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
         offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
-    ) -> dict[str, Any]:
-        """Runs, newest first, one page: `{"runs": [...], "total": N, "limit", "offset"}`."""
+        if_none_match: Annotated[str | None, Header()] = None,
+    ) -> Response:
+        """Runs, newest first, one page: `{"runs": [...], "total": N, "limit", "offset"}`.
+
+        Each run is its summary (status, agent, times, usage; no messages). The answer has an
+        `ETag`: sent back in `If-None-Match`, it gets a 304 with no body while neither the
+        page's runs nor the total changed (checked without reading any run's payloads)."""
         statuses = [s for value in status or [] for s in value.split(",") if s]
         unknown = [s for s in statuses if s not in STATUSES]
         if unknown:
             raise _BadRequest(f"Unknown status {unknown[0]!r}; use one of {', '.join(STATUSES)}.")
-        filters: dict[str, Any] = {"status": statuses or None, "agent": agent or None}
-        filters["search"] = q or None
-        runs = client.list_runs(**filters, limit=limit, offset=offset)
-        usage = client.runs.query.model_usage([r.run_id for r in runs])
-        return {
-            "runs": [run_summary(r, usage[r.run_id]) for r in runs],
-            "total": client.count_runs(**filters),
+        runs = RunFilter.of(status=statuses or None, agent=agent or None, search=q or None)
+        query = client.runs.query
+        ids = query.run_ids(runs, limit, offset)
+        marks = query.marks(ids)
+        total = query.count(runs)
+        etag = _etag(runs, limit, offset, total, [(i, marks.get(i)) for i in ids])
+        if if_none_match is not None and etag in (t.strip() for t in if_none_match.split(",")):
+            return Response(status_code=304, headers={"ETag": etag, "Cache-Control": "no-cache"})
+        found = query.summaries(ids)
+        usage = query.usage_totals(ids)
+        body = {
+            "runs": [run_summary(found[i], usage[i]) for i in ids if i in found],
+            "total": total,
             "limit": limit,
             "offset": offset,
         }
+        return JSONResponse(body, headers={"ETag": etag, "Cache-Control": "no-cache"})
 
     # Run ids may hold "/" (DBOS allows any text): `{run_id:path}`, and the routes with a suffix
     # are declared before the plain one, which would take the suffix as part of the id.
@@ -273,16 +383,19 @@ def create_app(
         run_id: str,
         request: Request,
         last_event_id: Annotated[str | None, Header()] = None,
+        after: Annotated[int, Query(ge=0, le=2**62, description="the last step already shown")] = 0,
     ) -> StreamingResponse:
-        """Server-Sent Events: `step` events (id = step number) as steps are recorded, a
-        `status` event at the start and at each change, then `end` when the run finishes.
-        Reconnecting with `Last-Event-ID` resumes after that step."""
-        await asyncio.to_thread(client.get_run, run_id)  # 404 before the stream starts
-        return StreamingResponse(
-            _stream(client, run_id, request, _last_event(last_event_id), poll_interval),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        """Server-Sent Events: `step` events (id = step number) as steps are recorded after
+        step `after`, a `status` event (status, agent, waiting_for, error, updated_at) at the
+        start and at each change, then `end` when the run finishes. Reconnecting with
+        `Last-Event-ID` resumes after that step. 429 when this client has too many streams
+        open, 503 when the console has (see `durable-swarm serve --max-streams`)."""
+        if not await asyncio.to_thread(client.runs.query.marks, [run_id]):
+            raise RunNotFoundError(run_id)  # 404 before the stream starts
+        who = request.client.host if request.client else "unknown"
+        feeds.reserve(who)
+        start = max(after, _last_event(last_event_id))
+        return _EventStream(feeds.stream(run_id, who, start), lambda: feeds.release(who))
 
     @app.get("/api/runs/{run_id:path}", tags=["runs"])
     def get_run(run_id: str) -> dict[str, Any]:
@@ -302,8 +415,10 @@ def create_app(
 
     @app.get("/metrics", tags=["metrics"], response_class=Response)
     def metrics() -> Response:
-        """Prometheus text format: runs by status, steps, model calls, tokens, latency."""
-        return Response(metrics_text(client.runs.query), media_type="text/plain; version=0.0.4")
+        """Prometheus text format: runs by status, steps, model calls, tokens, latency, and
+        the console's live streams (open, runs watched, polls)."""
+        text = metrics_text(client.runs.query, feeds)
+        return Response(text, media_type="text/plain; version=0.0.4")
 
     # --- acting ------------------------------------------------------------------------------
 
@@ -405,31 +520,3 @@ def create_app(
         return redirect
 
     return app
-
-
-async def _stream(
-    client: DurableClient, run_id: str, request: Request, after: int, poll_interval: float
-) -> AsyncIterator[bytes]:
-    sent, last_status = after, None
-    yield format_sse_event(retry=1000, comment="durable-swarm run events")
-    while not await request.is_disconnected():
-        info = await asyncio.to_thread(client.get_run, run_id)
-        arguments = tool_arguments(info)
-        for step in info.steps:
-            if step.step > sent:
-                data = json.dumps(step_json(step, arguments))
-                yield format_sse_event(event="step", id=str(step.step), data_str=data)
-                sent = step.step
-        status = {
-            "status": info.status,
-            "agent": info.agent,
-            "waiting_for": info.waiting_for,
-            "error": info.error,
-        }
-        if status != last_status:
-            yield format_sse_event(event="status", data_str=json.dumps(status))
-            last_status = status
-        if info.status in _FINISHED:
-            yield format_sse_event(event="end", data_str=json.dumps(status))
-            return
-        await asyncio.sleep(poll_interval)

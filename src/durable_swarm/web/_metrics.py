@@ -17,6 +17,30 @@ from prometheus_client.registry import Collector
 __all__ = ["metrics_text"]
 
 
+class _FeedsCollector(Collector):
+    """The console's live event streams: how many are open, runs watched, polls made."""
+
+    def __init__(self, feeds: Any) -> None:
+        self._feeds = feeds
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "durable_swarm_console_streams",
+            "Live event streams open (capped by serve --max-streams).",
+            value=self._feeds.open_streams,
+        )
+        yield GaugeMetricFamily(
+            "durable_swarm_console_watched_runs",
+            "Runs with at least one live viewer (one poll reads them all).",
+            value=self._feeds.watched_runs,
+        )
+        yield CounterMetricFamily(
+            "durable_swarm_console_polls",
+            "Polls of the watched runs (one database query each).",
+            value=self._feeds.polls,
+        )
+
+
 class _RunsCollector(Collector):
     """Runs by status, steps by kind and name, model calls, tokens, model and tool latency."""
 
@@ -67,9 +91,12 @@ class _RunsCollector(Collector):
         yield tokens
 
 
-def metrics_text(query: Any) -> bytes:
-    """The metrics of the run database behind `query` (a `RunQuery`), in Prometheus's text
-    exposition format."""
+def metrics_text(query: Any, feeds: Any = None) -> bytes:
+    """The metrics of the run database behind `query` (a `RunQuery`), and of the console's
+    live event streams (`feeds`, a `RunFeeds`, when given), in Prometheus's text exposition
+    format."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_RunsCollector(query))
+    if feeds is not None:
+        registry.register(_FeedsCollector(feeds))
     return generate_latest(registry)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import secrets
 import sys
 from typing import Any
 from urllib.parse import urlsplit
@@ -12,8 +13,9 @@ from starlette.responses import JSONResponse
 from ..durable._client import DurableClient
 from ..durable._database import display_url
 from ..errors import DurableSwarmError
+from ._feeds import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_CLIENT
 
-__all__ = ["LoopbackHostsOnly", "check_bind", "serve"]
+__all__ = ["LoopbackHostsOnly", "check_bind", "new_token", "serve"]
 
 
 def _loopback(host: str) -> bool:
@@ -63,32 +65,67 @@ def check_bind(host: str, token: str | None) -> None:
         )
 
 
+def new_token() -> str:
+    """A fresh random console token (what `serve` makes when none is given)."""
+    return secrets.token_urlsafe(24)
+
+
 def serve(
     database_url: str | None = None,
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
     token: str | None = None,
+    no_token: bool = False,
+    max_streams: int = DEFAULT_MAX_STREAMS,
+    max_streams_per_client: int = DEFAULT_MAX_STREAMS_PER_CLIENT,
+    poll_interval: float = 0.25,
 ) -> None:
     """Serve the console and HTTP API on `host:port` until interrupted (see `create_app`).
 
-    The database must exist (a worker or a `DurableSwarm` creates it); raises
-    `DatabaseUnavailableError` otherwise, and `DurableSwarmError` for a non-loopback `host`
-    without `token`.
+    Without `token`, a loopback console makes a random one and prints, on stderr, a link
+    holding it (opening it logs the browser in, as Jupyter's does); `no_token=True` serves
+    a loopback console with no token at all, answering only requests addressed to a loopback
+    name (any local process can then read and steer every run). The database must exist (a
+    worker or a `DurableSwarm` creates it); raises `DatabaseUnavailableError` otherwise, and
+    `DurableSwarmError` for a non-loopback `host` without `token`, or `token` with `no_token`.
     """
     import uvicorn
 
     from ._app import create_app
 
-    check_bind(host, token)
-    with DurableClient(database_url) as client:
-        app = create_app(client, token=token)
-        where = f"[{host}]" if ":" in host else host
-        print(
-            f"durable-swarm console on http://{where}:{port}/ "
-            f"(database: {display_url(client.database_url)})",
-            file=sys.stderr,
-            flush=True,
+    if token and no_token:
+        raise DurableSwarmError(
+            "Both a token and no_token (--no-token) were given: choose one (is "
+            "DURABLE_SWARM_TOKEN set?)."
         )
+    check_bind(host, token)
+    made = not token and not no_token
+    if made:
+        token = new_token()
+    with DurableClient(database_url) as client:
+        app = create_app(
+            client,
+            token=token,
+            poll_interval=poll_interval,
+            max_streams=max_streams,
+            max_streams_per_client=max_streams_per_client,
+        )
+        where = f"[{host}]" if ":" in host else host
+        lines = [
+            f"durable-swarm console on http://{where}:{port}/ "
+            f"(database: {display_url(client.database_url)})"
+        ]
+        if made:
+            lines.append(
+                "Open it with its token (made for this start; pass --token T or set "
+                "DURABLE_SWARM_TOKEN to choose one, send 'Authorization: Bearer <token>' from "
+                f"scripts):\n    http://{where}:{port}/?token={token}"
+            )
+        elif no_token:
+            lines.append(
+                "No token (--no-token): any process on this machine can read and steer runs."
+            )
+        print("\n".join(lines), file=sys.stderr, flush=True)
         served = app if token else LoopbackHostsOnly(app)
         uvicorn.run(served, host=host, port=port, log_level="warning")

@@ -52,7 +52,10 @@ def tool_arguments(info: RunInfo) -> dict[str, str]:
 
 
 def step_json(step: StepRecord, arguments: dict[str, str] | None = None) -> dict[str, Any]:
-    """One step of the timeline: kind, name, arguments, result, tokens, duration, error."""
+    """One step of the timeline: kind, name, arguments, result, tokens, duration, error, and
+    `adds_message`: whether the step added a message to the conversation (a model call's
+    assistant message, whose content and tool calls are its `result`, or a tool's message,
+    whose content is its `result`)."""
     output = step.output if isinstance(step.output, dict) else {}
     found = output.get("message")
     message: dict[str, Any] | None = found if isinstance(found, dict) else None
@@ -75,6 +78,7 @@ def step_json(step: StepRecord, arguments: dict[str, str] | None = None) -> dict
         "step": step.step,
         "kind": step.kind,
         "name": name,
+        "adds_message": step.kind in ("model", "tool") and message is not None,
         "arguments": args,
         "result": result,
         "tokens": tokens,

@@ -167,12 +167,29 @@ function runsPage() {
     return q;
   }
 
+  // The page shown and its ETag: a poll sends it back and gets a 304 (nothing read, nothing
+  // redrawn) while the page's runs have not changed.
+  let shown = { url: null, etag: null };
+
   async function load() {
     const q = query();
     history.replaceState(null, "", q.toString() ? `/?${q}` : "/");
     q.set("limit", String(limit));
+    const url = `/api/runs?${q}`;
+    const headers = { Accept: "application/json" };
+    if (shown.url === url && shown.etag) headers["If-None-Match"] = shown.etag;
     let data;
-    try { data = await api(`/api/runs?${q}`); } catch (e) {
+    try {
+      const response = await fetch(url, { credentials: "same-origin", cache: "no-store", headers });
+      if (response.status === 304) return;
+      if (response.status === 401) {
+        window.location.href = "/login?next=" + encodeURIComponent(window.location.pathname + window.location.search);
+      }
+      data = await response.json().catch(() => ({}));
+      if (!response.ok) throw new Error(data.error || `HTTP ${response.status}`);
+      shown = { url, etag: response.headers.get("ETag") };
+    } catch (e) {
+      shown = { url: null, etag: null };
       body.replaceChildren(el("tr", {}, el("td", { colspan: 7, class: "error", text: e.message })));
       return;
     }
@@ -198,7 +215,8 @@ function runsPage() {
   document.getElementById("prev").addEventListener("click", () => { offset = Math.max(0, offset - limit); load(); });
   document.getElementById("next").addEventListener("click", () => { offset += limit; load(); });
   load();
-  setInterval(load, 2000);
+  setInterval(() => { if (!document.hidden) load(); }, 2000);
+  document.addEventListener("visibilitychange", () => { if (!document.hidden) load(); });
 }
 
 // --- one run ----------------------------------------------------------------------------------
@@ -253,15 +271,18 @@ function stepItem(step, retry) {
 function runPage() {
   const runId = document.body.dataset.runId;
   const base = `/api/runs/${encodeURIComponent(runId)}`;
-  let run = null;
-  let pending = null;
+  let run = null;         // the run as last read, kept up to date by the stream's events
+  let known = new Set();  // the step numbers in `run.steps`
+  let failedNames = new Set();  // kind:name of steps that failed (a later one is a retry)
+  let reconciling = null;
   let stream = null;
 
   function fact(label, ...value) {
     return [el("div", {}, el("dt", { text: label }), el("dd", {}, ...value))];
   }
 
-  function render() {
+  // Status, facts, banner, what the run waits for and the buttons: from `run`, no request.
+  function renderHead() {
     document.getElementById("status").replaceWith(Object.assign(statusBadge(run.status), { id: "status" }));
     const facts = [
       ...fact("Agent", run.agent || "–"),
@@ -273,7 +294,8 @@ function runPage() {
     if (run.cost_usd !== null && run.cost_usd !== undefined) facts.push(...fact("Cost", `$${run.cost_usd.toFixed(4)}`));
     if (run.parent) facts.push(...fact("Parent run", runLink(run.parent)));
     if (run.forked_from) facts.push(...fact("Forked from", runLink(run.forked_from)));
-    if (run.children.length) facts.push(...fact("Sub-agent runs", ...run.children.map((c, i) => [i ? ", " : "", runLink(c)])));
+    const children = [...new Set(run.steps.map((s) => s.child_run_id).filter(Boolean))];
+    if (children.length) facts.push(...fact("Sub-agent runs", ...children.map((c, i) => [i ? ", " : "", runLink(c)])));
     document.getElementById("facts").replaceChildren(...facts);
 
     const banner = document.getElementById("banner");
@@ -296,43 +318,114 @@ function runPage() {
       document.getElementById("approval-tool").textContent = visible(fn.name || "");
       document.getElementById("approval-args").textContent = visible(pretty(fn.arguments));
     }
-
-    const messages = run.messages.map(messageItem);
-    if (run.status === "succeeded" && messages.length) messages[messages.length - 1].classList.add("final");
-    document.getElementById("messages").replaceChildren(...(messages.length ? messages : [el("li", { class: "muted", text: "No messages yet." })]));
-
-    const failedNames = new Set();
-    const shown = document.getElementById("all-steps").checked ? run.steps : run.steps.filter((s) => !BOOKKEEPING.includes(s.kind));
-    const steps = shown.map((step) => {
-      const retry = failedNames.has(`${step.kind}:${step.name}`);
-      if (step.error) failedNames.add(`${step.kind}:${step.name}`);
-      return stepItem(step, retry);
-    });
-    document.getElementById("timeline").replaceChildren(...(steps.length ? steps : [el("li", { class: "muted", text: "No steps yet." })]));
     document.getElementById("live").hidden = FINISHED.includes(run.status);
     document.getElementById("cancel").disabled = FINISHED.includes(run.status);
     document.getElementById("resume").disabled = !["failed", "cancelled"].includes(run.status);
-    const fork = document.getElementById("fork-step");
-    fork.max = String(Math.max(1, ...run.steps.map((s) => s.step + 1)));
+    document.getElementById("fork-step").max = String(Math.max(1, ...run.steps.map((s) => s.step + 1)));
+  }
+
+  function renderMessages() {
+    const messages = run.messages.map(messageItem);
+    if (run.status === "succeeded" && messages.length) messages[messages.length - 1].classList.add("final");
+    document.getElementById("messages").replaceChildren(...(messages.length ? messages : [el("li", { class: "muted", text: "No messages yet." })]));
+  }
+
+  function shownStep(step) {
+    return document.getElementById("all-steps").checked || !BOOKKEEPING.includes(step.kind);
+  }
+
+  function stepNode(step) {
+    const retry = failedNames.has(`${step.kind}:${step.name}`);
+    if (step.error) failedNames.add(`${step.kind}:${step.name}`);
+    return stepItem(step, retry);
+  }
+
+  // The whole timeline, drawn once (and again when the "DBOS steps too" box changes).
+  function renderTimeline() {
+    failedNames = new Set();
+    const steps = run.steps.filter(shownStep).map(stepNode);
+    document.getElementById("timeline").replaceChildren(...(steps.length ? steps : [el("li", { class: "muted", text: "No steps yet." })]));
+  }
+
+  // A step the stream sent: added to the run and appended to the timeline (and, for a model
+  // or tool message, to the conversation); nothing is read again. Steps that change earlier
+  // messages (a person's answer or decision, a sub-agent's answer) make the page read the
+  // run once to show the conversation as the log tells it.
+  function addStep(step, quiet) {
+    if (known.has(step.step)) return;
+    known.add(step.step);
+    const later = run.steps.findIndex((s) => s.step > step.step);
+    if (later === -1) run.steps.push(step); else run.steps.splice(later, 0, step);
+    const timeline = document.getElementById("timeline");
+    if (shownStep(step)) {
+      timeline.querySelectorAll("li.muted").forEach((n) => n.remove());
+      const node = stepNode(step);
+      const next = [...timeline.children].find((n) => Number(n.dataset.step) > step.step);
+      timeline.insertBefore(node, next || null);
+    }
+    if (quiet) return;  // the run was just read: its messages and facts are the log's
+    if (step.kind === "model" && !step.error) {
+      run.model_calls += 1;
+      run.tokens += step.tokens || 0;
+    }
+    if (step.adds_message && step.kind === "model") {
+      run.messages.push({ role: "assistant", sender: step.name, content: step.result.content, tool_calls: step.result.tool_calls });
+    } else if (step.adds_message && step.kind === "tool") {
+      run.messages.push({ role: "tool", tool_name: step.name, content: step.result });
+    } else if (["wait", "join", "handoff"].includes(step.kind)) {
+      reconcileSoon();
+    }
+    if (step.adds_message) {
+      const list = document.getElementById("messages");
+      list.querySelectorAll("li.muted").forEach((n) => n.remove());
+      list.append(messageItem(run.messages[run.messages.length - 1]));
+    }
+  }
+
+  function setStatus(status) {
+    Object.assign(run, status);
+    renderHead();
+  }
+
+  // Read the run once: the conversation and facts as the log tells them; the timeline only
+  // gains the steps it lacks.
+  async function reconcile() {
+    try {
+      const fresh = await api(base);
+      for (const step of fresh.steps) addStep(step, true);
+      fresh.steps = run.steps;  // the same steps, as the timeline shows them
+      run = fresh;
+      renderHead();
+      renderMessages();
+    } catch (e) { notice(e.message, true); }
+  }
+
+  function reconcileSoon() {
+    if (reconciling) return;
+    reconciling = setTimeout(() => { reconciling = null; reconcile(); }, 80);
   }
 
   async function load() {
     try {
       run = await api(base);
-      render();
+      known = new Set(run.steps.map((s) => s.step));
+      renderHead();
+      renderMessages();
+      renderTimeline();
     } catch (e) { notice(e.message, true); }
   }
 
-  function soon() {
-    if (pending) return;
-    pending = setTimeout(() => { pending = null; load(); }, 80);
-  }
-
   function follow() {
-    stream = new EventSource(`${base}/events`);
-    stream.addEventListener("step", soon);
-    stream.addEventListener("status", soon);
-    stream.addEventListener("end", () => { stream.close(); soon(); });
+    const after = Math.max(0, ...run.steps.map((s) => s.step));
+    stream = new EventSource(`${base}/events?after=${after}`);
+    stream.addEventListener("step", (event) => addStep(JSON.parse(event.data)));
+    stream.addEventListener("status", (event) => setStatus(JSON.parse(event.data)));
+    stream.addEventListener("end", () => { stream.close(); reconcile(); });
+    stream.addEventListener("error", () => {
+      if (stream.readyState !== EventSource.CLOSED) return;  // the browser reconnects by itself
+      notice("Live updates stopped (the console refused the stream or went away); trying again in 10 s.", true);
+      setTimeout(() => { if (stream.readyState === EventSource.CLOSED) { notice(""); follow(); } }, 10000);
+    });
   }
 
   async function act(path, body, done) {
@@ -340,8 +433,7 @@ function runPage() {
     try {
       const result = await api(`${base}/${path}`, body);
       if (done) done(result);
-      if (stream && stream.readyState === EventSource.CLOSED) follow();
-      soon();
+      if (stream && stream.readyState === EventSource.CLOSED) { await reconcile(); follow(); }
     } catch (e) { notice(e.message, true); }
   }
 
@@ -363,8 +455,8 @@ function runPage() {
       window.location.href = `/runs/${encodeURIComponent(result.run_id)}`;
     });
   });
-  document.getElementById("all-steps").addEventListener("change", () => { if (run) render(); });
-  load().then(follow);
+  document.getElementById("all-steps").addEventListener("change", () => { if (run) renderTimeline(); });
+  load().then(() => { if (run) follow(); });
 }
 
 // --- the approvals inbox ----------------------------------------------------------------------
@@ -419,7 +511,7 @@ document.addEventListener("DOMContentLoaded", () => {
   const page = document.body.dataset.page;
   if (page === "login") return;
   refreshBadge();
-  setInterval(refreshBadge, 5000);
+  setInterval(() => { if (!document.hidden) refreshBadge(); }, 10000);
   if (page === "runs") runsPage();
   else if (page === "run") runPage();
   else if (page === "approvals") approvalsPage();
