@@ -134,8 +134,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+TOKEN = "test-wheel-token"  # `serve` needs a token (it makes one when given none)
+
+
 def fetch(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=10) as answer:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
         if answer.status != 200:
             raise SystemExit(f"test-wheel: {url} answered {answer.status}")
         return bytes(answer.read())
@@ -143,7 +147,10 @@ def fetch(url: str) -> bytes:
 
 def serve_and_fetch(tool_bin: Path, database: Path, work: Path) -> None:
     port = free_port()
-    argv = [str(tool_bin), "serve", "--port", str(port), "--database-url", f"sqlite:///{database}"]
+    argv = [
+        str(tool_bin), "serve", "--port", str(port), "--database-url", f"sqlite:///{database}",
+        "--token", TOKEN,
+    ]  # fmt: skip
     say("$ " + " ".join(argv))
     server = subprocess.Popen(argv, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
