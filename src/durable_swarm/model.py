@@ -11,11 +11,13 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import sys
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from typing import Any
 
 from ._aio import in_thread, is_async_callable, run_coroutine
+from ._response_limit import bound, bounded_api
 from .errors import ModelResponseError
 from .util import merge_chunk
 
@@ -36,14 +38,31 @@ def _not_json(error: ValueError, sender: str | None, run_id: str | None) -> Mode
 def create(
     client: Any, request: dict[str, Any], *, sender: str | None = None, run_id: str | None = None
 ) -> Any:
-    """Call the client synchronously (an async client's coroutine is run to completion)."""
+    """Call the client synchronously (an async client's coroutine is run to completion). An
+    `openai` client's answer is read up to the size limit (`_response_limit`)."""
+    api = bounded_api(client) if not request.get("stream") else None
     try:
+        if api is not None:
+            if is_async_callable(api.create):
+                return run_coroutine(_abounded(api, request, sender, run_id))
+            with api.create(**request) as response:
+                bound(response.http_response, sender, run_id)
+                return response.parse()
         result = client.chat.completions.create(**request)
         if inspect.isawaitable(result):
             result = run_coroutine(result)
     except json.JSONDecodeError as e:
         raise _not_json(e, sender, run_id) from e
     return result
+
+
+async def _abounded(
+    api: Any, request: dict[str, Any], sender: str | None, run_id: str | None
+) -> Any:
+    """An async `openai` client's answer, read up to the size limit."""
+    async with api.create(**request) as response:
+        bound(response.http_response, sender, run_id)
+        return await response.parse()
 
 
 async def acreate(
@@ -53,7 +72,12 @@ async def acreate(
     an `async def` behind a decorator) is awaited on the loop; a synchronous client runs in a
     thread of `_aio.blocking_executor()`."""
     create_fn = client.chat.completions.create
+    api = bounded_api(client) if not request.get("stream") else None
     try:
+        if api is not None:
+            if is_async_callable(api.create):
+                return await _abounded(api, request, sender, run_id)
+            return await in_thread(create, client, request, sender=sender, run_id=run_id)
         if is_async_callable(create_fn):
             result = create_fn(**request)
         else:
@@ -181,7 +205,11 @@ def stream_chunks(
     """The chunks of a streamed completion (synchronous). Usage is asked for at the end of the
     stream (`stream_options`); a server that refuses that option is asked again without it."""
     asked = _usage_request(client, request)
+    api = bounded_api(client)
     try:
+        if api is not None and not is_async_callable(api.create):
+            yield from _bounded_chunks(api, client, asked, sender)
+            return
         try:
             stream = create(client, asked, sender=sender)
         except Exception as e:
@@ -193,12 +221,40 @@ def stream_chunks(
         raise _not_json(e, sender, None) from e
 
 
+def _bounded_chunks(
+    api: Any, client: Any, asked: dict[str, Any], sender: str | None, run_id: str | None = None
+) -> Generator[Any, None, None]:
+    """A sync `openai` client's stream, read up to the size limit (asked again without
+    `stream_options` if the server refuses them)."""
+    try:
+        manager = api.create(**asked)
+        response = manager.__enter__()
+    except Exception as e:
+        if not _refused_options(client, asked, e):
+            raise
+        manager = api.create(**_without_options(asked))
+        response = manager.__enter__()
+    try:
+        bound(response.http_response, sender, run_id)
+        yield from response.parse()
+    except BaseException:
+        if not manager.__exit__(*sys.exc_info()):
+            raise
+    else:
+        manager.__exit__(None, None, None)
+
+
 async def astream_chunks(
     client: Any, request: dict[str, Any], *, sender: str | None = None, run_id: str | None = None
 ) -> AsyncIterator[Any]:
     """The chunks of a streamed completion (asynchronous; sync clients iterate in a thread),
     asking for usage as `stream_chunks` does."""
     asked = _usage_request(client, request)
+    api = bounded_api(client)
+    if api is not None:
+        async for chunk in _abounded_chunks(api, client, asked, sender, run_id):
+            yield chunk
+        return
     try:
         stream = await acreate(client, asked, sender=sender, run_id=run_id)
     except Exception as e:
@@ -214,5 +270,42 @@ async def astream_chunks(
         done = object()
         while (chunk := await in_thread(next, iterator, done)) is not done:
             yield chunk
+    except json.JSONDecodeError as e:
+        raise _not_json(e, sender, run_id) from e
+
+
+async def _abounded_chunks(
+    api: Any, client: Any, asked: dict[str, Any], sender: str | None, run_id: str | None
+) -> AsyncIterator[Any]:
+    """`astream_chunks` for an `openai` client: its stream read up to the size limit (a sync
+    client's in a thread, chunk by chunk)."""
+    try:
+        if not is_async_callable(api.create):
+            chunks = _bounded_chunks(api, client, asked, sender, run_id)
+            done = object()
+            try:
+                while (chunk := await in_thread(next, chunks, done)) is not done:
+                    yield chunk
+            finally:
+                await in_thread(chunks.close)
+            return
+        try:
+            manager = api.create(**asked)
+            response = await manager.__aenter__()
+        except Exception as e:
+            if not _refused_options(client, asked, e):
+                raise
+            manager = api.create(**_without_options(asked))
+            response = await manager.__aenter__()
+        try:
+            bound(response.http_response, sender, run_id)
+            stream = await response.parse()
+            async for chunk in stream:
+                yield chunk
+        except BaseException:
+            if not await manager.__aexit__(*sys.exc_info()):
+                raise
+        else:
+            await manager.__aexit__(None, None, None)
     except json.JSONDecodeError as e:
         raise _not_json(e, sender, run_id) from e
