@@ -15,6 +15,7 @@ import logging
 import uuid
 from typing import Any
 
+import openai
 import pytest
 from dbos import DBOS, SetWorkflowID
 
@@ -155,9 +156,11 @@ def test_bad_specs_and_names_are_refused_with_what_to_do() -> None:
 
 def test_the_latest_live_swarm_of_a_name_serves_it(tmp_path, caplog) -> None:
     url = str(tmp_path / "unused.sqlite")  # never launched: swarms are made lazily
-    first = DurableSwarm(ScriptedClient([]), name="spec-twice", database_url=url)
+    a = openai.OpenAI(base_url="http://127.0.0.1:9/a/v1", api_key="fake")
+    b = openai.OpenAI(base_url="http://127.0.0.1:9/b/v1", api_key="fake")
+    first = DurableSwarm(a, name="spec-twice", database_url=url)
     with caplog.at_level(logging.WARNING, logger="durable_swarm"):
-        second = DurableSwarm(ScriptedClient([]), name="spec-twice", database_url=url)
+        second = DurableSwarm(b, name="spec-twice", database_url=url)
     assert "A second DurableSwarm named 'spec-twice'" in caplog.text
     assert "give each its own name" in caplog.text
     assert registry.settings("spec-twice").client is second.client
@@ -178,6 +181,13 @@ def test_the_latest_live_swarm_of_a_name_serves_it(tmp_path, caplog) -> None:
         kept = DurableSwarm(same, name="spec-same", database_url=url)
     assert "A second DurableSwarm" not in caplog.text  # the same settings: nothing to say
     assert registry.settings("spec-same").client is kept.client
+    with caplog.at_level(logging.WARNING, logger="durable_swarm"):  # a notebook cell run again
+        once = DurableSwarm(openai.OpenAI(base_url="http://127.0.0.1:9/a/v1", api_key="fake"),
+                            name="spec-again", database_url=url)  # fmt: skip
+        again = DurableSwarm(openai.OpenAI(base_url="http://127.0.0.1:9/a/v1", api_key="fake"),
+                             name="spec-again", database_url=url)  # fmt: skip
+    assert "A second DurableSwarm" not in caplog.text  # a client for the same endpoint
+    assert registry.settings("spec-again").client is again.client is not once.client
 
 
 def _start_spec(spec: RunSpec | dict[str, Any]) -> str:

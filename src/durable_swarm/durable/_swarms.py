@@ -51,8 +51,10 @@ class SwarmSettings:
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
 
     def differs_from(self, other: SwarmSettings) -> bool:
-        """Whether runs would behave differently under `other` (clients compared by identity)."""
-        return self.client is not other.client or (
+        """Whether runs would behave differently under `other` (a client counts as the same
+        when it is, or is of the same kind for the same endpoint: one rebuilt for the same
+        server, as a notebook cell run again does, changes nothing)."""
+        return not _same_client(self.client, other.client) or (
             self.model,
             self.model_retries,
             self.budget,
@@ -65,6 +67,14 @@ class SwarmSettings:
             dict(other.prices),
             other.max_result_chars,
         )
+
+
+def _same_client(one: Any, other: Any) -> bool:
+    if one is other:
+        return True
+    if type(one) is not type(other):
+        return False
+    return str(getattr(one, "base_url", "")) == str(getattr(other, "base_url", ""))
 
 
 class ProcessDefaults:
