@@ -32,6 +32,7 @@ from openai.types.chat import ChatCompletion
 
 from durable_swarm.durable import _workflow
 from durable_swarm.durable._log import JsonSerializer
+from durable_swarm.durable._spec import RunSpec
 from durable_swarm.durable._swarm import DurableSwarm, _response
 from durable_swarm.loop import RunRequest
 
@@ -125,8 +126,9 @@ async def main(args: argparse.Namespace) -> None:
         async def durable() -> None:
             request = RunRequest(runcost.AGENT, runcost.MESSAGES)
             run_id, spec = swarm._spec(request)
-            _store([spec])  # the workflow's input
-            output = await _workflow._run(run_id, spec)
+            stored = spec.to_json()
+            _store([stored])  # the workflow's input, read back as the workflow does
+            output = await _workflow._run(run_id, RunSpec.from_json(stored))
             _store(output)
             response = _response(run_id, output)
             _workflow.HOST.forget(run_id)
