@@ -55,6 +55,14 @@ _WALK_DESCRIPTORS = 8
 _FOLDER_ENTRIES = 100_000
 # How many of the folders and files a search could not open its answer names.
 _SKIPPED_SHOWN = 5
+
+
+def _some_of(names: list[str]) -> str:
+    """The first `_SKIPPED_SHOWN` of `names`, and how many more there are."""
+    more = len(names) - _SKIPPED_SHOWN
+    return ", ".join(names[:_SKIPPED_SHOWN]) + (f" and {more} more" if more > 0 else "")
+
+
 # Lines are split from a file's text this many characters at a time.
 _LINES_SLICE = 65536
 
@@ -840,20 +848,14 @@ class FileTools:
                 f"[stopped after {self.max_matches} matches; narrow the pattern or the path]"
             )
         if walk.skipped:
-            listed = ", ".join(walk.skipped[:_SKIPPED_SHOWN])
-            more = len(walk.skipped) - _SKIPPED_SHOWN
             notes.append(
                 f"[skipped {len(walk.skipped)} folders or files that could not be opened: "
-                f"{listed}{f' and {more} more' if more > 0 else ''}; the search may have missed "
-                "matches in them]"
+                f"{_some_of(walk.skipped)}; the search may have missed matches in them]"
             )
         if walk.crowded:
-            listed = ", ".join(walk.crowded[:_SKIPPED_SHOWN])
-            more = len(walk.crowded) - _SKIPPED_SHOWN
             notes.append(
                 f"[searched only the first {_FOLDER_ENTRIES} entries (by name) of folders with "
-                f"more: {listed}{f' and {more} more' if more > 0 else ''}; search a file there by "
-                "its path]"
+                f"more: {_some_of(walk.crowded)}; search a file there by its path]"
             )
         if found or walk.timed_out:
             return _fit("\n".join(found), "\n".join(notes), self.max_result_chars)
