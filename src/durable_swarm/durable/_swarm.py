@@ -16,6 +16,7 @@ from .. import tracing
 from .._aio import in_event_loop, off_event_loop
 from .._signature import takes_run
 from ..errors import AgentNotFoundError, DurableSwarmError
+from ..limits import Limits, check_limits
 from ..loop import RunRequest, known_agents
 from ..swarm import default_model
 from ..types import Agent, Response
@@ -306,6 +307,14 @@ class DurableSwarm(RunCommands):
             each swarm of a process (one per model endpoint, say) its own name, and build them
             the same way in every process that serves their runs. Settable: runs started later
             record the new name.
+        limits: model limits shared by every process on the database: `{"gpt-4o":
+            ModelLimits(requests_per_minute=500, tokens_per_minute=30_000, concurrent=8)}`,
+            keyed by model name, base URL or "*" (see `ModelLimits`), or the same as text
+            (`"gpt-4o:rpm=500,tpm=30000,concurrent=8"`). A model call waits for its turn
+            without holding a worker slot, and a 429 pauses that model's calls in every
+            process for as long as the provider asks, without using up `model_retries`.
+            Default: the process's (a worker's `--limit`, else
+            `DURABLE_SWARM_MODEL_LIMITS`); `{}`: none.
 
     A swarm serves its name while the program holds it (or until `close()`). Two live swarms of
     one name in a process: the later one serves the runs recovered or dequeued here (a warning
@@ -336,6 +345,7 @@ class DurableSwarm(RunCommands):
         prices: Prices | None = None,
         max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
         name: str = DEFAULT_SWARM,
+        limits: Limits | None = None,
     ) -> None:
         if isinstance(max_result_chars, bool) or not isinstance(max_result_chars, int):
             raise TypeError(f"max_result_chars must be an int, got {max_result_chars!r}")
@@ -356,6 +366,7 @@ class DurableSwarm(RunCommands):
         self.budget = check_budget(budget)
         self.prices = check_prices(prices)
         self._name = check_swarm_name(name)
+        self.limits = check_limits(limits)
         registry.add(self)
 
     def __repr__(self) -> str:
@@ -375,7 +386,7 @@ class DurableSwarm(RunCommands):
 
     def run_settings(self) -> SwarmSettings:
         """What a run of this swarm takes from it, as they are now (its client, model,
-        retries, budget, prices and result limit)."""
+        retries, budget, prices, result limit and model limits)."""
         return SwarmSettings(
             name=self._name,
             client=self.client,
@@ -384,6 +395,7 @@ class DurableSwarm(RunCommands):
             budget=self.budget,
             prices=self.prices,
             max_result_chars=self.max_result_chars,
+            limits=self.limits,
         )
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ given, else `openai.OpenAI()`).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import weakref
 from collections.abc import Mapping
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import SwarmNotFoundError
+from ..limits import LIMITS_ENV, ModelLimits, parse_limits
 from ..usage import Budget
 from ._failures import DEFAULT_MODEL_RETRIES
 from ._spec import DEFAULT_SWARM
@@ -49,6 +51,7 @@ class SwarmSettings:
     budget: Budget | None = None
     prices: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
+    limits: Mapping[str, ModelLimits] | None = None  # None: the process's (`ProcessDefaults`)
 
     def differs_from(self, other: SwarmSettings) -> bool:
         """Whether runs would behave differently under `other` (a client counts as the same
@@ -60,12 +63,14 @@ class SwarmSettings:
             self.budget,
             dict(self.prices),
             self.max_result_chars,
+            self.limits,
         ) != (
             other.model,
             other.model_retries,
             other.budget,
             dict(other.prices),
             other.max_result_chars,
+            other.limits,
         )
 
 
@@ -80,17 +85,27 @@ def _same_client(one: Any, other: Any) -> bool:
 class ProcessDefaults:
     """The process-wide fallbacks: the model client a worker serves runs of the default swarm
     with when no `DurableSwarm` named "default" lives (`client`), and the budget of runs
-    started without one when their swarm has none (`budget`: a worker's `--budget`)."""
+    started without one when their swarm has none (`budget`: a worker's `--budget`), and the
+    model limits of swarms that set none (`limits`: a worker's `--limit`; None: read from
+    `DURABLE_SWARM_MODEL_LIMITS` at the first need)."""
 
     def __init__(self) -> None:
         self.client: Any = None
         self.budget: Budget | None = None
+        self.limits: Mapping[str, ModelLimits] | None = None
         self._made: Any = None
         self._lock = threading.Lock()
 
     def model_client(self) -> Any:
         """`client`, else `openai_client()`."""
         return self.client if self.client is not None else self.openai_client()
+
+    def model_limits(self) -> Mapping[str, ModelLimits]:
+        """`limits`, else those `DURABLE_SWARM_MODEL_LIMITS` gives (read once), else none."""
+        with self._lock:
+            if self.limits is None:
+                self.limits = parse_limits(os.environ.get(LIMITS_ENV, ""))
+            return self.limits
 
     def openai_client(self) -> Any:
         """One `openai.OpenAI()` made at the first need (it reads `OPENAI_API_KEY` and
@@ -160,6 +175,12 @@ class SwarmRegistry:
     def budget_of(self, settings: SwarmSettings) -> Budget | None:
         """The default budget of runs of `settings`' swarm: its own, else the process's."""
         return settings.budget or self.defaults.budget
+
+    def limits_of(self, settings: SwarmSettings) -> Mapping[str, ModelLimits]:
+        """The model limits of runs of `settings`' swarm: its own, else the process's."""
+        if settings.limits is not None:
+            return settings.limits
+        return self.defaults.model_limits()
 
     def client_of(self, settings: SwarmSettings) -> Any:
         """The model client of runs of `settings`' swarm: its own; else, for the swarm

@@ -43,6 +43,7 @@ from ..errors import (
 )
 from ..handoffs import AfterWorkOption
 from ..human import arguments_digest
+from ..limits import estimate_tokens, limits_for, retry_after
 from ..loop import (
     ListTools,
     ModelCall,
@@ -67,7 +68,8 @@ from ..usage import Budget, Tally, call_cost
 from . import _dbos, _drain
 from ._database import describe_fault, display_url, transient_fault
 from ._dbos import executor_for_tool, note_tool_time
-from ._failures import model_failure, without_retries
+from ._failures import base_url_of, model_failure, without_retries
+from ._limits import LimitedCall, Limiter, call_limited, limiter_for, rate_limited_seconds
 from ._log import (
     BUDGET_TOPIC,
     EVENTS_STREAM,
@@ -103,6 +105,7 @@ JOIN_POLL_SECONDS = 0.1
 CHECK_SECONDS = 5.0
 HAND_BACK_SECONDS = 10.0
 FAULT_RETRY_SECONDS = 5.0  # how often a run stopped by a database fault tries to go on
+RETRY_AFTER_CAP = 60.0  # the longest a 429 of a model without limits delays its step's retry
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _DBOS_DIR = os.path.dirname(os.path.abspath(dbos.__file__))
 _SQLALCHEMY_DIR = os.path.dirname(os.path.abspath(sa.__file__))
@@ -406,6 +409,7 @@ class DurableRuntime:
         self.tally = Tally()
         self.trace = trace  # this execution's run span (ended by `adrive`)
         self.max_result_chars = spec.max_result_chars or settings.max_result_chars
+        self.limits = registry.limits_of(settings)  # shared by every process on the database
         # id(call) -> child handle or error message; calls live in the history, so ids stay unique
         self._children: dict[int, Any] = {}
         self._child_count = 0
@@ -445,6 +449,8 @@ class DurableRuntime:
         requester = without_retries(client)  # the step's retries are the only ones
         model_name = effect.request.get("model")
         step: list[int | None] = []
+        limited = limits_for(self.limits, model_name, base_url_of(client))
+        tries = [0]  # attempts of the step in this execution (a 429 waits if one is left)
 
         what = f"The model client of agent {sender!r}"
         gate = _drain.Admission(f"run {self.run_id}, step 'model:{sender}'")
@@ -457,9 +463,7 @@ class DurableRuntime:
             return model_output(message, usage, model_name, cost)
 
         # The span is made inside the step: a step replayed from the log makes none.
-        async def model_step() -> dict[str, Any]:
-            await gate.aenter()  # a stopping process begins no new step (`_drain`)
-            step[:] = [DBOS.step_id]
+        async def attempt() -> dict[str, Any]:
             with tracing.chat(self.trace, effect.request) as span, user_code(self.run_id, what):
                 if effect.request.get("stream"):
                     return await self._streamed(requester, effect, span)
@@ -468,13 +472,36 @@ class DurableRuntime:
                 )
                 return output_of(completion, span)
 
+        async def model_step() -> dict[str, Any]:
+            step[:] = [DBOS.step_id]
+            if limited is not None:  # waits for its turn first, holding no worker slot
+                call = LimitedCall(
+                    limited[0], limited[1], self.run_id, f"{self.run_id}:{DBOS.step_id}",
+                    sender, estimate_tokens(effect.request),
+                )  # fmt: skip
+                return await call_limited(self.limiter(), call, gate.aenter, gate.leave, attempt)
+            await gate.aenter()  # a stopping process begins no new step (`_drain`)
+            tries[0] += 1
+            try:
+                return await attempt()
+            except Exception as e:
+                if (seconds := self._retry_after(e, tries[0])) is not None:
+                    await asyncio.sleep(seconds)
+                raise
+
         def sync_model_step() -> dict[str, Any]:
             gate.enter()
             step[:] = [DBOS.step_id]
+            tries[0] += 1
             with tracing.chat(self.trace, effect.request) as span, user_code(self.run_id, what):
-                completion = model.create(
-                    requester, effect.request, sender=sender, run_id=self.run_id
-                )
+                try:
+                    completion = model.create(
+                        requester, effect.request, sender=sender, run_id=self.run_id
+                    )
+                except Exception as e:
+                    if (seconds := self._retry_after(e, tries[0])) is not None:
+                        time.sleep(seconds)
+                    raise
                 return output_of(completion, span)
 
         options: StepOptions = {
@@ -485,8 +512,9 @@ class DurableRuntime:
             "backoff_rate": 2.0,
             "should_retry": _transient,
         }
+        asynchronous = effect.request.get("stream") or limited is not None
         try:
-            if effect.request.get("stream") or is_async_callable(requester.chat.completions.create):
+            if asynchronous or is_async_callable(requester.chat.completions.create):
                 output = await DBOS.run_step_async(options, model_step)
             else:  # a sync client: the whole step in one thread, as a sync DBOS step
                 output = await sync_step(options, sync_model_step, blocking_executor())
@@ -503,6 +531,26 @@ class DurableRuntime:
         self.tally.add(sender, call_usage(output))
         message: dict[str, Any] = output["message"]
         return message
+
+    def limiter(self) -> Limiter:
+        """The shared model limits of the run database."""
+        url = _dbos.launched_url()
+        if url is None:  # the app launched DBOS itself: its system database
+            url = _dbos.system_database().engine.url.render_as_string(hide_password=False)
+        return limiter_for(url)
+
+    def _retry_after(self, error: BaseException, tries: int) -> float | None:
+        """How long a model call of no limits waits after the 429 `error` before the step's
+        next attempt (which DBOS makes after its own backoff): what the provider's headers ask,
+        at most `RETRY_AFTER_CAP` s; None if it is no 429 or no attempt is left."""
+        import openai
+
+        if tries > self.model_retries or not isinstance(error, openai.RateLimitError):
+            return None  # another error, or the step's last attempt: it fails now
+        if rate_limited_seconds(error, 0) is None:
+            return None  # a spent quota: waiting does not help
+        seconds = retry_after(getattr(getattr(error, "response", None), "headers", None))
+        return None if seconds is None else min(seconds, RETRY_AFTER_CAP)
 
     async def _streamed(self, client: Any, effect: ModelCall, span: Any) -> dict[str, Any]:
         """A streamed model call: events go to the run's DBOS stream as they arrive."""

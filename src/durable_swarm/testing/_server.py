@@ -12,6 +12,7 @@ import copy
 import json
 import math
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -55,6 +56,8 @@ class FakeOpenAIServer:
     streamed); ``chunk_delay`` spaces streamed chunks. Completions report token usage; a streamed
     one does in a last chunk when asked with ``stream_options={"include_usage": true}``, or,
     with ``accept_stream_options=False``, refuses that option with a 400 as some servers do.
+    ``rate_limit=(requests, seconds)`` makes it a rate-limited provider (see `set_rate_limit`);
+    `arrivals` and `most_in_window` tell how many requests arrived when.
 
     Use it as a context manager or call `start` / `stop`.
     """
@@ -68,6 +71,7 @@ class FakeOpenAIServer:
         host: str = "127.0.0.1",
         port: int = 0,
         accept_stream_options: bool = True,
+        rate_limit: tuple[int, float] | None = None,
     ) -> None:
         self._cursor = ScriptCursor(echo if script is None else script)
         self.accept_stream_options = accept_stream_options
@@ -78,13 +82,19 @@ class FakeOpenAIServer:
         self._lock = threading.Lock()
         self._faults: deque[Fault] = deque()
         self._requests: list[dict[str, Any]] = []
-        self._counts = dict.fromkeys(("requests", "answered", "faults", "errors", "connections"), 0)
+        self._arrivals: list[tuple[float, bool]] = []  # (time.monotonic(), refused by the limit)
+        self._rate_limit: tuple[int, float] | None = None
+        self._counts = dict.fromkeys(
+            ("requests", "answered", "faults", "errors", "connections", "rate_limited"), 0
+        )
         self._in_flight = self._max_in_flight = 0
         self._port: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[Any]] = set()
+        if rate_limit is not None:
+            self.set_rate_limit(*rate_limit)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -172,6 +182,49 @@ class FakeOpenAIServer:
         if chunk_delay is not None:
             self._chunk_delay = chunk_delay
 
+    def set_rate_limit(self, requests: int | None, seconds: float = 60.0) -> None:
+        """Behave like a provider's rate limit: a chat request that arrives when ``requests``
+        requests were already let through in the last ``seconds`` (a sliding window) is refused
+        with a 429 whose ``retry-after`` and ``retry-after-ms`` headers say when the window has
+        room again, and ``x-ratelimit-reset-requests`` the same as a duration (``"1.5s"``).
+        Refused requests do not count against the window; they count in ``stats`` as
+        ``rate_limited``. ``None`` lifts the limit."""
+        if requests is not None and (requests < 1 or seconds <= 0):
+            raise ValueError("set_rate_limit needs requests >= 1 and seconds > 0")
+        with self._lock:
+            self._rate_limit = None if requests is None else (requests, float(seconds))
+
+    @property
+    def arrivals(self) -> list[float]:
+        """When each chat request arrived (`time.monotonic()` of this process), in order,
+        those refused by `set_rate_limit`'s limit included."""
+        with self._lock:
+            return [at for at, _ in self._arrivals]
+
+    def most_in_window(self, seconds: float, *, refused: bool = False) -> int:
+        """The most chat requests that arrived within any span of ``seconds`` (e.g. to check
+        that a fleet kept to a limit); ``refused=False`` leaves out those the rate limit
+        refused."""
+        with self._lock:
+            times = [at for at, limited in self._arrivals if refused or not limited]
+        most, first = 0, 0
+        for last, at in enumerate(times):
+            while at - times[first] >= seconds:
+                first += 1
+            most = max(most, last - first + 1)
+        return most
+
+    def _over_limit(self, now: float) -> float | None:
+        """Seconds until the rate limit's window has room, if a request arriving ``now`` is
+        over it (called with the lock held)."""
+        if self._rate_limit is None:
+            return None
+        requests, seconds = self._rate_limit
+        recent = [at for at, limited in self._arrivals if not limited and at > now - seconds]
+        if len(recent) < requests:
+            return None
+        return max(0.001, recent[len(recent) - requests] + seconds - now)
+
     def inject(self, fault: Fault, times: int = 1) -> None:
         """Serve ``fault`` to the next ``times`` chat requests, before any script entry."""
         with self._lock:
@@ -182,6 +235,7 @@ class FakeOpenAIServer:
         with self._lock:
             self._faults.clear()
             self._requests.clear()
+            self._arrivals.clear()
             self._counts = dict.fromkeys(self._counts, 0)
             self._max_in_flight = self._in_flight
         self._cursor.rewind()
@@ -202,6 +256,7 @@ class FakeOpenAIServer:
     def stats(self) -> dict[str, int]:
         """Counts of chat requests: ``requests`` (all), ``answered`` (a completion was sent),
         ``faults`` (a fault was served), ``errors`` (bad request or script error),
+        ``rate_limited`` (refused by `set_rate_limit`'s limit),
         ``in_flight`` and ``max_in_flight`` (concurrency); and ``connections`` (TCP connections
         accepted, to check keep-alive). Also served as JSON at ``/_fake/stats``."""
         with self._lock:
@@ -280,12 +335,21 @@ class FakeOpenAIServer:
         """Answer one chat request; return ``False`` if the connection was dropped."""
         params, problem = _parse_chat_request(body)
         with self._lock:
+            now = time.monotonic()
+            wait = self._over_limit(now)
+            self._arrivals.append((now, wait is not None))
             self._counts["requests"] += 1
             self._in_flight += 1
             self._max_in_flight = max(self._max_in_flight, self._in_flight)
             if params is not None:
                 self._requests.append(params)
-            fault = self._faults.popleft() if self._faults else None
+            fault: Fault | None = None
+            if wait is not None:
+                self._counts["rate_limited"] += 1
+                refusal = "Rate limit reached (FakeOpenAIServer)."
+                fault = Fault.status(429, refusal, retry_after=wait)
+            else:
+                fault = self._faults.popleft() if self._faults else None
         try:
             if params is None:
                 return await self._fail(conn, writer, 400, problem, "invalid_request_error")
@@ -355,7 +419,8 @@ class FakeOpenAIServer:
         if fault.retry_after is not None:
             headers += [
                 ("retry-after", str(math.ceil(fault.retry_after))),
-                ("retry-after-ms", str(round(fault.retry_after * 1000))),
+                ("retry-after-ms", str(math.ceil(fault.retry_after * 1000))),
+                ("x-ratelimit-reset-requests", f"{fault.retry_after:.3f}s"),
             ]
         payload = _error(fault.message, fault.error_type, fault.error_type)
         await _send_json(conn, writer, fault.status_code, payload, headers)
