@@ -44,6 +44,7 @@ if _typing.TYPE_CHECKING:
         UpdateSystemMessage,
     )
     from .human import AskUser, ask_user
+    from .limits import ModelLimits
     from .planning import TodoItem, create_durable_agent
     from .swarm import Swarm
     from .toolkit import FileTools, MCPTools, ShellTool, Skill, skill, tool
@@ -71,6 +72,7 @@ __all__ = [
     "MCPServerUnavailableError",
     "MCPTools",
     "ModelCallError",
+    "ModelLimits",
     "ModelResponseError",
     "NonJsonValueError",
     "OnCondition",
@@ -128,6 +130,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "UpdateSystemMessage",
     ),
     ".human": ("AskUser", "ask_user"),
+    ".limits": ("ModelLimits",),
     ".planning": ("TodoItem", "create_durable_agent"),
     ".swarm": ("Swarm",),
     ".toolkit": ("FileTools", "MCPTools", "ShellTool", "Skill", "skill", "tool"),

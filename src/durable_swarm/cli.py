@@ -331,6 +331,12 @@ def build_parser() -> argparse.ArgumentParser:
         f"{DEFAULT_SHUTDOWN_GRACE:g})",
     )  # fmt: skip
     add_budget_options(worker, "the budget of runs whose client gave none")
+    worker.add_argument(
+        "--limit", action="append", metavar="KEY:rpm=N,tpm=N,concurrent=N",
+        help="a model's limits, shared by every process on the database (KEY: a model name, "
+        "a base URL or '*'; window=SECONDS counts them over another window than a minute); "
+        "repeat for several models (default: $DURABLE_SWARM_MODEL_LIMITS)",
+    )  # fmt: skip
 
     serve = command(
         "serve",
@@ -434,6 +440,7 @@ def _cmd_worker(args: argparse.Namespace, style: Style) -> int:
         dead_after=args.dead_after,
         shutdown_grace=args.shutdown_grace,
         on_executor_id_taken=args.on_executor_id_taken,
+        limits="; ".join(args.limit) if args.limit else None,
     )
     return 0
 

@@ -1,7 +1,8 @@
 """Model limits shared by a fleet: requests and tokens per minute, and calls at once, per model.
 
-`ModelLimits` describes the limits of one model (or one endpoint); `DurableSwarm(limits=...)`,
-`durable-swarm worker --limit ...` and `DURABLE_SWARM_MODEL_LIMITS` give them by key:
+`ModelLimits` describes the limits of one model (or one endpoint); `DurableSwarm(limits=...)`
+(`Limits`: a dict or its text), `durable-swarm worker --limit ...` and the environment variable
+`DURABLE_SWARM_MODEL_LIMITS` (`LIMITS_ENV`) give them by key:
 
 * a model name (`"gpt-4o"`): the calls that ask for that model;
 * a base URL (`"https://api.openai.com/v1"`): every call of a client with that `base_url` whose

@@ -27,7 +27,9 @@ __all__ = [
 
 JSON_SCHEMA_VERSION = 1
 # Fields of a run that only `show` has (`list` reads the status row alone).
-_DETAIL_FIELDS = ("messages", "context_variables", "steps", "transitions", "decisions")
+_DETAIL_FIELDS = (
+    "messages", "context_variables", "steps", "transitions", "decisions", "rate_limit",
+)  # fmt: skip
 # DBOS bookkeeping that people do not need in a timeline (`--all` shows it).
 BOOKKEEPING_KINDS = ("event", "timer", "stream", "dbos")
 
@@ -207,7 +209,21 @@ def summary_lines(info: RunInfo, style: Style) -> list[str]:
         lines.append(f"{label('error')}{style.paint(preview(info.error, 200), 'red')}")
     if info.problem:
         lines.append(f"{label('problem')}{style.paint(preview(info.problem, 200), 'yellow')}")
+    if info.rate_limit:
+        lines.append(f"{label('waiting')}{style.paint(rate_limit_text(info.rate_limit), 'yellow')}")
     return lines
+
+
+def rate_limit_text(waiting: dict[str, Any]) -> str:
+    """What a run waiting for a model limit waits for, in words (`RunInfo.rate_limit`)."""
+    until = waiting.get("until")
+    when = f", next look at {local_time(until)}" if until else ""
+    why = waiting.get("paused_because")
+    paused = f"; paused by a {clean(why)}" if why else ""
+    return (
+        f"for the rate limit of {clean(str(waiting.get('key')))} (a model call of agent "
+        f"{clean(str(waiting.get('agent')))}, holding no worker slot{when}){paused}"
+    )
 
 
 def _cost_note(info: RunInfo) -> str:

@@ -18,6 +18,7 @@ from .._aio import off_event_loop
 from ..errors import DurableSwarmError, RunNotFoundError
 from ..usage import Budget, check_budget
 from ._decisions import DecisionLog, DecisionRecord, payload
+from ._limits import limiter_for
 from ._listing import PendingApproval, RunFilter, RunQuery
 from ._log import BUDGET_TOPIC, WAITING_EVENT
 from ._notices import Notices
@@ -86,16 +87,19 @@ class RunControl:
         self._query: RunQuery | None = None
         self.decisions = DecisionLog(database_url)
         self.notices = Notices(database_url)
+        self.limits = limiter_for(database_url)
 
     # --- reading ---------------------------------------------------------------------------
 
     def get_run(self, run_id: str) -> RunInfo:
         """The whole run (raises `RunNotFoundError` for an unknown id); a pending run that
-        cannot move on says why in `problem` (e.g. the agent it waits for)."""
+        cannot move on says why in `problem` (e.g. the agent it waits for), and one whose model
+        call waits for its turn under a model limit says which in `rate_limit`."""
         info = read_run(run_id, self.source)
         if info.status == "pending":
             status = self.source.get_workflow_status(run_id)
             info.problem = self.notices.read(run_id, getattr(status, "executor_id", None))
+            info.rate_limit = self.limits.waiting_of(run_id)
         return info
 
     @property

@@ -92,6 +92,10 @@ class RunInfo:
     `usage_by_agent` is the same per agent name, sub-agents' agents shown on their own.
     `swarm` is the name of the swarm the run belongs to, whose model client and limits it runs
     with ("default" for runs of releases that did not record it; None if its input is unknown).
+    `rate_limit` says, while the run is pending, which model limit (`ModelLimits`) its model
+    call waits for: `{"key", "agent", "until", "paused_because"}` (`until`: when it looks
+    again, a UTC datetime; `paused_because`: the 429 that paused the key, if one did); None
+    when it waits for none (only `get_run` reads it).
     """
 
     run_id: str
@@ -113,6 +117,7 @@ class RunInfo:
     usage: Usage | None = None
     usage_by_agent: dict[str, Usage] = field(default_factory=dict)
     swarm: str | None = None
+    rate_limit: dict[str, Any] | None = None
 
     @property
     def cost_usd(self) -> float | None:

@@ -26,12 +26,14 @@ from dbos import DBOS
 
 from .. import _registry
 from ..errors import DatabaseUnavailableError, DurableSwarmError
+from ..limits import Limits, check_limits
 from . import _dbos, _drain
 from ._client import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, DEFAULT_SHUTDOWN_GRACE
 from ._database import describe_fault, display_url, resolve_database_url
 from ._imports import is_model_client, load_target
 from ._ownership import new_executor_id, on_taken_policy, timing
 from ._swarm import DurableSwarm
+from ._swarms import DEFAULTS
 from ._workflow import HOST
 
 __all__ = ["Worker", "run_worker"]
@@ -289,6 +291,7 @@ def run_worker(
     out: TextIO | None = None,
     shutdown_grace: float | None = DEFAULT_SHUTDOWN_GRACE,
     on_executor_id_taken: str | None = None,
+    limits: Limits | None = None,
 ) -> None:
     """Serve durable runs from `queue` until SIGTERM or SIGINT (`durable-swarm worker`).
 
@@ -334,12 +337,19 @@ def run_worker(
             may run. Set it above your longest tool. A program that goes on after this
             function returns is not ended. Only when serving from the main thread; None
             waits for good.
+        limits: the model limits (see `ModelLimits`) of the runs of swarms that set none of
+            their own, shared with every process on the database: `{"gpt-4o":
+            ModelLimits(...)}` or text like `"gpt-4o:rpm=500,concurrent=8"`. Default:
+            `DURABLE_SWARM_MODEL_LIMITS`.
 
     Raises `DurableSwarmError` for a bad target or setting, and `DatabaseUnavailableError` when
     the database cannot be opened. A worker taken for dead (paused or cut off for longer than
     `dead_after`) is not stopped: its runs went to another process, it records nothing more for
     them, registers again and serves new runs.
     """
+    checked = check_limits(limits)
+    if checked is not None:
+        DEFAULTS.limits = checked
     seconds = isinstance(shutdown_grace, (int, float)) and not isinstance(shutdown_grace, bool)
     if shutdown_grace is not None and not (seconds and shutdown_grace >= 0):
         raise DurableSwarmError(

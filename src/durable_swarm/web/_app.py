@@ -416,8 +416,10 @@ def create_app(
     @app.get("/metrics", tags=["metrics"], response_class=Response)
     def metrics() -> Response:
         """Prometheus text format: runs by status, steps, model calls, tokens, latency, and
-        the console's live streams (open, runs watched, polls)."""
-        text = metrics_text(client.runs.query, feeds)
+        the console's live streams (open, runs watched, polls), and the model limits shared
+        by the fleet (calls waiting and in flight, requests and tokens of the last minute)."""
+        runs = client.runs
+        text = metrics_text(runs.query, feeds, runs.limits.snapshot)
         return Response(text, media_type="text/plain; version=0.0.4")
 
     # --- acting ------------------------------------------------------------------------------

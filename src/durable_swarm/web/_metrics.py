@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -91,12 +91,56 @@ class _RunsCollector(Collector):
         yield tokens
 
 
-def metrics_text(query: Any, feeds: Any = None) -> bytes:
-    """The metrics of the run database behind `query` (a `RunQuery`), and of the console's
-    live event streams (`feeds`, a `RunFeeds`, when given), in Prometheus's text exposition
-    format."""
+class _LimitsCollector(Collector):
+    """The model limits shared by the fleet: per limit key (label `model`: a model name, a base
+    URL or "*"), calls waiting for their turn and in flight, requests and tokens of the last
+    minute, the pause a 429 set, and the limits as last configured."""
+
+    def __init__(self, snapshot: Callable[[], list[dict[str, Any]]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        gauges = {
+            "waiting": ("durable_swarm_model_calls_waiting",
+                        "Model calls waiting for their turn under a model limit."),
+            "in_flight": ("durable_swarm_model_calls_in_flight",
+                          "Model calls of a limited model in flight now."),
+            "requests_last_minute": ("durable_swarm_model_requests_last_minute",
+                                     "Requests of a limited model admitted in the last 60 s."),
+            "tokens_last_minute": ("durable_swarm_model_tokens_last_minute",
+                                   "Tokens of a limited model admitted in the last 60 s."),
+            "paused_seconds": ("durable_swarm_model_paused_seconds",
+                               "Seconds left of the pause a 429 put on a limited model."),
+        }  # fmt: skip
+        families = {
+            field: GaugeMetricFamily(name, text, labels=["model"])
+            for field, (name, text) in gauges.items()
+        }
+        limit = GaugeMetricFamily(
+            "durable_swarm_model_limit",
+            "A model's limits as last configured (per minute; kind: requests, tokens, concurrent).",
+            labels=["model", "kind"],
+        )
+        for row in self._snapshot():
+            for field, family in families.items():
+                family.add_metric([row["key"]], row[field])
+            for kind in ("requests_per_minute", "tokens_per_minute", "concurrent"):
+                value = (row.get("limits") or {}).get(kind)
+                if value is not None:
+                    limit.add_metric([row["key"], kind.removesuffix("_per_minute")], value)
+        yield from (*families.values(), limit)
+
+
+def metrics_text(
+    query: Any, feeds: Any = None, limits: Callable[[], list[dict[str, Any]]] | None = None
+) -> bytes:
+    """The metrics of the run database behind `query` (a `RunQuery`), of the console's
+    live event streams (`feeds`, a `RunFeeds`, when given) and of the model limits
+    (`limits`: a `Limiter.snapshot`, when given), in Prometheus's text exposition format."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_RunsCollector(query))
+    if limits is not None:
+        registry.register(_LimitsCollector(limits))
     if feeds is not None:
         registry.register(_FeedsCollector(feeds))
     return generate_latest(registry)

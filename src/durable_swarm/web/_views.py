@@ -114,7 +114,15 @@ def run_detail(
         "children": info.children,
         "input_messages": info.input_messages,
         "recovery_attempts": recovery_attempts,
+        "rate_limit": _rate_limit(info.rate_limit),
     }
+
+
+def _rate_limit(waiting: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the run's model call waits for under a model limit, times as ISO text."""
+    if not waiting:
+        return None
+    return {**waiting, "until": _time(waiting.get("until"))}
 
 
 def approval_json(approval: PendingApproval) -> dict[str, Any]:

@@ -302,6 +302,7 @@ function runPage() {
     const notes = [];
     if (run.recovery_attempts > 1) notes.push(`Resumed after a crash: another process took this run over (${run.recovery_attempts - 1} time${run.recovery_attempts > 2 ? "s" : ""}). Finished steps were not run again.`);
     if (run.error) notes.push(`Failed: ${run.error}`);
+    if (run.rate_limit) notes.push(`Waiting for the rate limit of ${run.rate_limit.key} (a model call of ${run.rate_limit.agent}; it holds no worker slot)${run.rate_limit.paused_because ? `: paused by a ${run.rate_limit.paused_because}` : ""}.`);
     banner.textContent = visible(notes.join(" "));
     banner.className = run.error ? "banner bad" : "banner";
     banner.hidden = notes.length === 0;
