@@ -146,3 +146,35 @@ def test_a_run_waiting_for_its_turn_holds_no_slot_and_says_what_it_waits_for(
         assert client.get_run(waiting.run_id).rate_limit is None
     (row,) = [r for r in limiter.snapshot() if r["key"] == "limited-model"]
     assert row["waiting"] == 0 and row["in_flight"] == 0 and row["requests_last_minute"] == 1
+
+
+def test_a_worker_killed_during_a_limited_call_leaves_no_lease_behind(
+    start_worker: Callable[..., WorkerProcess],
+    make_database_url: Callable[..., str],
+    provider: FakeOpenAIServer,
+) -> None:
+    """One call at once: the call in flight when its worker is SIGKILLed is made again by the
+    worker that takes the run over, which ends the dead execution's lease (same run and step)
+    instead of waiting for it to go stale; the next run's call goes after it."""
+    url = make_database_url("crash")
+    timing = {"heartbeat_interval": 0.2, "dead_after": 1.5, "limits": "*:concurrent=1"}
+    settings = {"database_url": url, "queue": QUEUE, **timing}
+    first = start_worker(f"limits-first-{url[-12:]}", **settings).wait_ready()
+    provider.set_latency(120.0)  # the first request hangs until its worker is gone
+    try:
+        with DurableClient(url) as client:
+            held = client.start("Helper", user("echo c1"), queue=QUEUE)
+            wait_for(lambda: provider.stats["in_flight"] == 1, "the call to be in flight")
+            first.kill()
+            provider.set_latency(0.0)
+            second = start_worker(f"limits-second-{url[-12:]}", **settings).wait_ready()
+            later = client.start("Helper", user("echo c2"), queue=QUEUE)
+            assert held.result(timeout=TIMEOUT).messages[-1]["content"] == "echo: c1"
+            assert later.result(timeout=TIMEOUT).messages[-1]["content"] == "echo: c2"
+            assert ran_here(second) == 2
+    finally:
+        provider.set_latency(0.0)
+    # The request cut short by the kill, then one per call: no finished call made twice.
+    assert provider.stats["requests"] == 3 and provider.stats["answered"] >= 2
+    (row,) = [r for r in limiter_for(url).snapshot() if r["key"] == "*"]
+    assert row["in_flight"] == 0 and row["waiting"] == 0
