@@ -91,6 +91,17 @@ def test_worker_command_rejects_a_negative_or_wordy_shutdown_grace(
         assert "--shutdown-grace" in err and repr(bad) in err, err
 
 
+def test_worker_command_reports_a_bad_limit_before_it_starts(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    url = str(tmp_path / "never.sqlite")
+    argv = ["worker", "_app:swarm", "--database-url", url, "--limit", "*:concurrent=2"]
+    assert main([*argv, "--limit", "gpt-4o:rpm=fast"]) == 1
+    err = capsys.readouterr().err
+    assert "'rpm=fast' in 'gpt-4o:rpm=fast' is not rpm=N" in err, err
+    assert not Path(url).exists()  # nothing was launched
+
+
 def test_worker_command_reports_a_bad_target(tmp_path: Path) -> None:
     result = subprocess.run(
         [*COMMAND, "worker", "no_such_module_here", "--database-url", str(tmp_path / "x.sqlite")],

@@ -87,3 +87,21 @@ def test_a_run_cancelled_while_it_waits_for_its_turn_stops_waiting(
     )
     assert server.request_count == 0
     assert handle.run_id == run_id
+
+
+def test_a_streamed_call_of_an_async_client_waits_its_turn_too(
+    durable_swarm_factory: Callable[..., DurableSwarm], server: FakeOpenAIServer, run_id: str
+) -> None:
+    server.set_rate_limit(1, 1.0)
+    limits = {"*": ModelLimits(requests_per_minute=60, window_seconds=1)}
+    swarm = durable_swarm_factory(server.async_client(max_retries=0), limits=limits)
+    agent = Agent(name="Streamer")
+    for i in range(3):
+        events = list(swarm.run(agent, user(f"hi {i}"), stream=True, run_id=f"{run_id}-{i}"))
+        assert events[-1]["response"].messages[-1]["content"] == f"You said: hi {i}"
+    assert server.stats["rate_limited"] == 0 and server.stats["answered"] == 3
+    assert server.most_in_window(1.0, refused=True) == 1
+    url = launched_url()
+    assert url is not None
+    (row,) = [r for r in limiter_for(url).snapshot() if r["key"] == "*"]
+    assert row["tokens_last_minute"] > 0  # the usage the server reported at the stream's end
