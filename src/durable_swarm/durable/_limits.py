@@ -440,7 +440,10 @@ async def call_limited(
         await enter()
         try:
             output = await attempt()
-        except Exception as e:
+        except BaseException as e:
+            if not isinstance(e, Exception):  # cancelled, stopping: end the lease, unawaited
+                asyncio.get_running_loop().run_in_executor(None, limiter.end, lease)
+                raise
             seconds = rate_limited_seconds(e, pauses)
             await asyncio.to_thread(limiter.end, lease)
             if seconds is None or pauses >= MAX_PAUSES:

@@ -276,9 +276,11 @@ class DurableSwarm(RunCommands):
             It is stored with the run, so a recovered run keeps the model it started with.
         model_retries: how often a model step is retried after a transient error (timeout,
             dropped connection, 429, 5xx): at most `model_retries + 1` requests per model call,
-            with backoff (1 s, 2 s, 4 s...). These are the only retries: an `openai` client's own
-            `max_retries` is not used in durable runs. Then the run fails with a
-            `ModelCallError` that says how to resume it. Stored with the run.
+            with backoff (1 s, 2 s, 4 s...; after a 429, at least what its `Retry-After` asks, up
+            to 60 s). A 429 of a model with `limits` uses no retry: it pauses the model for
+            every process and the call waits its turn again. These are the only retries: an
+            `openai` client's own `max_retries` is not used in durable runs. Then the run fails
+            with a `ModelCallError` that says how to resume it. Stored with the run.
         database_url: where runs are stored. Defaults to `DURABLE_SWARM_DATABASE_URL`, then
             `DBOS_SYSTEM_DATABASE_URL`, then the SQLite file `durable_swarm.sqlite` in the
             working directory; `postgresql://...` selects PostgreSQL.
