@@ -1,9 +1,11 @@
 """Workers: processes that serve durable runs from a DBOS queue.
 
 `run_worker("module:app", queue=..., concurrency=...)` imports the app's module (which defines the
-agents, tools and model client), launches DBOS listening only to `queue` (plus DBOS's internal
-queue, which carries recovered runs), registers the queue with a per-worker concurrency limit and
-serves until SIGTERM or SIGINT. A thin client (`DurableClient`) enqueues runs by agent name.
+agents, tools and model client), launches DBOS listening only to `queue` (plus the queues of
+recovered runs: DBOS's internal queue and `_dbos.RECOVERY_QUEUE`), registers the queue with a
+per-worker concurrency limit and serves until SIGTERM or SIGINT. The concurrency covers the
+runs of dead processes it takes over too. A thin client (`DurableClient`) enqueues runs by agent
+name.
 
 A worker is a process like any other that launches DBOS (see `durable._ownership`): its own
 executor id, a heartbeat, the takeover of dead processes' runs, and no queue work while its
@@ -127,6 +129,7 @@ class Worker:
             dead_after=self.dead_after,
             say=self._say,
             on_executor_id_taken=self.on_executor_id_taken,
+            slots=self.concurrency,
         )
         self._launched = True
         self.executor_id = _dbos.executor_id()  # a fresh one if the one asked for was taken
@@ -305,6 +308,8 @@ def run_worker(
             limit; it is stored with the queue, so the last worker to start sets it for all
             the workers of the queue). A run waiting for a person gives its slot back while
             it waits; once answered, it takes the next free slot before any new run does.
+            The runs of dead processes that this worker takes over count against it too, so
+            they spread over the live workers.
         database_url: the run database (default: the `DurableSwarm`'s, else resolved like
             `DurableSwarm`'s: `DURABLE_SWARM_DATABASE_URL`, `DBOS_SYSTEM_DATABASE_URL`, then
             `durable_swarm.sqlite`). Workers on several machines need PostgreSQL.
