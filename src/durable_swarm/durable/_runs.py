@@ -57,7 +57,8 @@ _READ_ATTEMPTS = 20
 class StepRecord:
     """One checkpoint of a run.
 
-    `kind` is `model`, `tool`, `handoff`, `wait` (a person's answer or decision), `subagent` (a
+    `kind` is `model`, `tool`, `handoff`, `guardrail` (a guardrail's verdict), `wait` (a
+    person's answer or decision), `subagent` (a
     child run started; `child_run_id` names it), `join` (its result read), or DBOS bookkeeping
     (`event`, `timer`, `stream`, `dbos`). `output` is the step's recorded JSON output.
     """
@@ -87,6 +88,8 @@ class RunInfo:
     `failed`, `cancelled`. `agent` is the name of the agent the run is on (or ended on);
     `messages` are the conversation's messages so far, inputs included; `waiting_for` describes
     the question or tool call the run waits on; `error` the recorded failure, if any.
+    `guardrails` are the verdicts of the guardrails it asked (`guardrail`, `kind`, `agent`,
+    `tripped`, `reason`, and a tool guardrail's `tool` and `tool_call_id`).
     `usage` is the token usage and cost of the run's model calls, its finished sub-agents'
     included (None in a listing of a run that has not finished: `get_run` reads its steps);
     `usage_by_agent` is the same per agent name, sub-agents' agents shown on their own.
@@ -106,6 +109,7 @@ class RunInfo:
     steps: list[StepRecord] = field(default_factory=list)
     transitions: list[dict[str, Any]] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
+    guardrails: list[dict[str, Any]] = field(default_factory=list)
     input_messages: int = 0
     forked_from: str | None = None
     parent: str | None = None
@@ -180,7 +184,7 @@ def tally_steps(steps: list[StepRecord]) -> Tally:
         out = step.output if isinstance(step.output, dict) else {}
         if step.kind == "model" and "message" in out:
             tally.add(step.name, call_usage(out))
-        elif step.kind == "join" and "usage" in out:
+        elif step.kind in ("join", "guardrail") and out.get("usage"):
             tally.merge(Tally.from_json(out["usage"]))
     return tally
 
@@ -235,6 +239,23 @@ def _unanswered(calls: list[dict[str, Any]], answered: Any) -> list[dict[str, An
     return [c for c in calls if c.get("id") != answered] if answered else calls
 
 
+def _guarded(
+    messages: list[dict[str, Any]], calls: list[dict[str, Any]], verdict: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The conversation after a tool guardrail's verdict: a blocked call answered by its
+    rejection, a withheld result replaced by it (the loop does the same)."""
+    rejection, call_id = verdict.get("message"), verdict.get("tool_call_id")
+    if not verdict.get("tripped") or not isinstance(rejection, dict):
+        return messages, calls
+    if verdict.get("kind") == "tool_result":
+        for i in range(len(messages) - 1, -1, -1):
+            if messages[i].get("role") == "tool" and messages[i].get("tool_call_id") == call_id:
+                messages[i] = dict(rejection)
+                break
+        return messages, calls
+    return [*messages, dict(rejection)], _unanswered(calls, call_id)
+
+
 def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
     """The whole run: status plus the messages, context and agent rebuilt from its steps.
 
@@ -274,6 +295,9 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
             if call is not None:
                 messages.append(tool_message(call, final_answer(out["messages"])))
                 calls = _unanswered(calls, answered)
+        if step.kind == "guardrail" and out:
+            info.guardrails.append(out)
+            messages, calls = _guarded(messages, calls, out)
         if step.kind == "handoff":
             info.transitions.append(out)
             agent = out.get("target") or agent
