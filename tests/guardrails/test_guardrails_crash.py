@@ -98,7 +98,9 @@ def uninterrupted(durable_swarm_factory, said: str) -> list[dict[str, Any]]:
     with FakeOpenAIServer(_refunds.reply) as server:
         swarm = durable_swarm_factory(server.client())
         run = f"uninterrupted-{uuid.uuid4().hex[:8]}"
-        return swarm.run(_refunds.refunder, [{"role": "user", "content": said}], run_id=run).messages
+        return swarm.run(
+            _refunds.refunder, [{"role": "user", "content": said}], run_id=run
+        ).messages
 
 
 def test_killed_after_a_passed_verdict_while_the_tool_runs(
@@ -112,9 +114,7 @@ def test_killed_after_a_passed_verdict_while_the_tool_runs(
     model = HeldModel(hold=None)
     with FakeOpenAIServer(model) as server:
         first, second = start(processes, work, server, children_database_url, said)
-        wait_for(
-            lambda: executions(work, "refund") == ["50"], "the tool to run", processes=[first]
-        )
+        wait_for(lambda: executions(work, "refund") == ["50"], "the tool to run", processes=[first])
         kill(first)
         (work / "hold").unlink()
         (work / "go").touch()  # the second process recovers the run
