@@ -146,6 +146,10 @@ def reply(messages: list[dict[str, Any]], tools: Any) -> Reply:
     if "rude" in said:
         return text("That is a stupid question.")
     last = messages[-1]
+    if "twice" in said:  # two refunds in one message, then a rude answer
+        if stage == 0:
+            return calls(ToolCall("refund", {"amount": 50}), ToolCall("refund", {"amount": 500}))
+        return text("Refunded what I could, stupid.")
     if stage == 0:
         for word, call in (
             ("refund", ToolCall("refund", {"amount": _amount(said)})),

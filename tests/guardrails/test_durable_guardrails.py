@@ -113,6 +113,28 @@ def test_a_tool_guardrail_blocks_a_call_and_the_run_goes_on(
     assert (verdict["kind"], verdict["tool"], verdict["tripped"]) == ("tool_call", "refund", True)
 
 
+def test_a_failed_run_shows_a_blocked_call_in_call_order(
+    durable_swarm_factory, server, run_id, work_dir
+):
+    swarm = durable_swarm_factory(server.client())
+    with pytest.raises(GuardrailTripped):  # its messages are rebuilt from its steps
+        swarm.run(refunder, user("refund twice"), run_id=run_id)
+    info = swarm.get_run(run_id)
+    assert kinds(info)[2:7] == [  # both calls checked, then the one that passed runs
+        ("guardrail", "limit"), ("guardrail", "limit"), ("tool", "refund"),
+        ("guardrail", "redact"), ("model", "Refunder"),
+    ]  # fmt: skip
+    first, second = info.messages[1]["tool_calls"]
+    # the loop checks both calls first, then answers them in call order: so does the log's reader
+    assert [(m["role"], m.get("tool_call_id"), m["content"]) for m in info.messages[2:]] == [
+        ("tool", first["id"], "refunded 50"),
+        ("tool", second["id"], server.requests[1]["messages"][-1]["content"]),
+        ("assistant", None, "Refunded what I could, stupid."),
+    ]
+    assert "blocked by guardrail limit" in info.messages[3]["content"]
+    assert executions(work_dir, "refund") == ["50"]
+
+
 def test_an_after_guardrail_withholds_a_result(durable_swarm_factory, server, run_id, work_dir):
     swarm = durable_swarm_factory(server.client())
     response = swarm.run(refunder, user("what card is on file"), run_id=run_id)

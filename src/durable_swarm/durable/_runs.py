@@ -240,20 +240,39 @@ def _unanswered(calls: list[dict[str, Any]], answered: Any) -> list[dict[str, An
 
 
 def _guarded(
-    messages: list[dict[str, Any]], calls: list[dict[str, Any]], verdict: dict[str, Any]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The conversation after a tool guardrail's verdict: a blocked call answered by its
-    rejection, a withheld result replaced by it (the loop does the same)."""
+    messages: list[dict[str, Any]], blocked: dict[str, dict[str, Any]], verdict: dict[str, Any]
+) -> None:
+    """A tool guardrail's verdict: a withheld result replaced by its rejection, a blocked
+    call's rejection kept in `blocked` until `_place_blocked` puts it in call order (the loop
+    checks every call of a message before it runs any)."""
     rejection, call_id = verdict.get("message"), verdict.get("tool_call_id")
     if not verdict.get("tripped") or not isinstance(rejection, dict):
-        return messages, calls
-    if verdict.get("kind") == "tool_result":
-        for i in range(len(messages) - 1, -1, -1):
-            if messages[i].get("role") == "tool" and messages[i].get("tool_call_id") == call_id:
-                messages[i] = dict(rejection)
-                break
-        return messages, calls
-    return [*messages, dict(rejection)], _unanswered(calls, call_id)
+        return
+    if verdict.get("kind") != "tool_result":
+        blocked[str(call_id)] = dict(rejection)
+        return
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "tool" and messages[i].get("tool_call_id") == call_id:
+            messages[i] = dict(rejection)
+            return
+
+
+def _place_blocked(
+    messages: list[dict[str, Any]],
+    calls: list[dict[str, Any]],
+    blocked: dict[str, dict[str, Any]],
+    upto: Any = None,
+) -> list[dict[str, Any]]:
+    """Append the rejections of the blocked calls that come before the call `upto` (every one
+    when None) in the message's call order; returns the calls still open."""
+    for call in list(calls):
+        call_id = str(call.get("id"))
+        if upto is not None and (call_id == str(upto) or call_id not in blocked):
+            break
+        if call_id in blocked:
+            messages.append(blocked.pop(call_id))
+            calls = _unanswered(calls, call.get("id"))
+    return calls
 
 
 def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
@@ -274,11 +293,14 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
     asked: dict[str, Any] | None = None  # a tool message waiting for the person's answer
     updates: dict[str, Any] = {}  # the current message's `Result` updates, merged after it
     calls: list[dict[str, Any]] = []  # the last assistant message's calls not answered yet
+    blocked: dict[str, dict[str, Any]] = {}  # rejections of calls a guardrail blocked
     for step in info.steps:
         out = step.output if isinstance(step.output, dict) else {}
         if step.kind in ("model", "handoff") and updates:
             context, updates = {**context, **updates}, {}
         if step.kind in ("model", "tool") and "message" in out:
+            upto = out["message"].get("tool_call_id") if step.kind == "tool" else None
+            calls = _place_blocked(messages, calls, blocked, upto)
             messages.append(dict(out["message"]))
             asked = messages[-1] if out.get("ask") else None
             if step.kind == "model":
@@ -293,11 +315,12 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
             answered = out.get("tool_call_id") or calls[0].get("id")
             call = next((c for c in calls if c.get("id") == answered), None)
             if call is not None:
+                calls = _place_blocked(messages, calls, blocked, answered)
                 messages.append(tool_message(call, final_answer(out["messages"])))
                 calls = _unanswered(calls, answered)
         if step.kind == "guardrail" and out:
             info.guardrails.append(out)
-            messages, calls = _guarded(messages, calls, out)
+            _guarded(messages, blocked, out)
         if step.kind == "handoff":
             info.transitions.append(out)
             agent = out.get("target") or agent
@@ -314,10 +337,12 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
                     if c.get("id") == out.get("tool_call_id")
                     and out.get("digest") in (None, arguments_digest(c))  # the loop ignores others
                 ]
+                calls = _place_blocked(messages, calls, blocked, out.get("tool_call_id"))
                 if rejected and not out.get("approved"):  # the loop answers the model for it
                     text = Decision.from_json(out).tool_message(rejected[0])
                     messages.append(tool_message(rejected[0], text))
                     calls = _unanswered(calls, out.get("tool_call_id"))
+    _place_blocked(messages, calls, blocked)
     # `updates` still pending belong to a message whose calls have not all run: not merged yet
     if isinstance(status.output, dict):
         stored = StoredResult.read(status.output, lambda: [(s.step, s.output) for s in info.steps])
