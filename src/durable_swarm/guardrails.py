@@ -174,16 +174,18 @@ class CheckGuardrail:
     messages: list[dict[str, Any]] = field(default_factory=list)
     call: dict[str, Any] | None = None
 
-    def extras(self) -> dict[str, Any]:
-        """What a guardrail function may take by name besides the value."""
-        function = (self.call or {}).get("function") or {}
-        return {
-            "context_variables": copy.deepcopy(self.context_variables),
-            "agent": self.agent,
-            "messages": copy.deepcopy(self.messages),
-            "tool": function.get("name"),
-            "arguments": _arguments(self.call) if self.call else None,
-        }
+    def extra(self, name: str) -> Any:
+        """What a guardrail function gets for its parameter `name` (one of `_EXTRAS`): copies,
+        so a guardrail cannot change the run."""
+        if name == "context_variables":
+            return copy.deepcopy(self.context_variables)
+        if name == "messages":
+            return copy.deepcopy(self.messages)
+        if name == "agent":
+            return self.agent
+        if self.call is None:
+            return None
+        return self.call["function"]["name"] if name == "tool" else _arguments(self.call)
 
     def verdict(self, result: GuardrailResult) -> dict[str, Any]:
         """The verdict as stored in the run's log (and shown in its timeline): the guardrail,
@@ -238,17 +240,19 @@ def _arguments(call: dict[str, Any]) -> Any:
 
 
 def _call(func: Callable[..., Any], effect: CheckGuardrail) -> Any:
-    extras = effect.extras()
+    """`func` called with the value it checks (its first parameter not named in `_EXTRAS`) and
+    the extras it names (all of them with `**kwargs`)."""
     try:
         params = list(inspect.signature(func).parameters.values())
     except (TypeError, ValueError):
         return func(effect.value)
     if any(p.kind is p.VAR_KEYWORD for p in params):
-        named = extras
+        names = list(_EXTRAS)
     else:
-        named = {p.name: extras[p.name] for p in params if p.name in extras}
+        names = [p.name for p in params if p.name in _EXTRAS]
+    named = {name: effect.extra(name) for name in names}
     takes_value = any(
-        p.name not in extras and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        p.name not in _EXTRAS and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
         for p in params
     ) or any(p.kind is p.VAR_POSITIONAL for p in params)
     return func(effect.value, **named) if takes_value else func(**named)
@@ -376,9 +380,11 @@ def check_input(
     checks = [
         CheckGuardrail(g, INPUT, state.agent, text, state.context, state.history) for g in guards
     ]
-    later = [c for c in checks if c.guardrail.run_in_parallel and not stream]
-    yield from _enforce([c for c in checks if c not in later], run_id)
-    return later
+    parallel = not stream  # a streamed answer cannot be taken back: ask them all first
+    yield from _enforce(
+        [c for c in checks if not (parallel and c.guardrail.run_in_parallel)], run_id
+    )
+    return [c for c in checks if parallel and c.guardrail.run_in_parallel]
 
 
 def alongside(

@@ -175,3 +175,25 @@ def test_a_guardrail_that_raises_fails_the_run(work_dir):
 
     with pytest.raises(RuntimeError, match="guardrail service down"):
         Swarm(ScriptedClient(reply)).run(Agent(input_guardrails=[broken]), user("hi"))
+
+
+def test_a_guardrail_gets_what_it_names_as_copies(work_dir):
+    seen = {}
+
+    def nosy(value, **extras):
+        seen.update(value=value, **extras)
+        extras["context_variables"]["tampered"] = True  # a copy: the run's context is untouched
+        extras["messages"].clear()
+
+    def quiet():
+        seen["quiet"] = True
+
+    agent = Agent(name="Nosy", functions=[], input_guardrails=[nosy, quiet])
+    response = Swarm(ScriptedClient(["hi"])).run(
+        agent, user("hello"), context_variables={"tier": "gold"}
+    )
+    assert seen["value"] == "hello" and seen["agent"] is agent and seen["quiet"]
+    assert seen["context_variables"] == {"tier": "gold", "tampered": True}
+    assert (seen["tool"], seen["arguments"]) == (None, None)
+    assert response.context_variables == {"tier": "gold"}
+    assert response.messages[-1]["content"] == "hi"
