@@ -4,7 +4,8 @@
 It builds a `DurableSwarm` on `database_url` with `executor_id`, talking to the fake server at
 `base_url`, with the agents of `_refunds.py`, then does `action`:
 
-* `run`: start `Refunder` on `text` as run `run_id` and wait (the test kills it);
+* `run`: start `agent` (`refunder` by default) on `text` as run `run_id` and wait (the test
+  kills it);
 * `recover`: wait until the `go` file exists (the test starts this process early, so that its
   imports are done by the time the first one is killed), then launch (DBOS recovers this
   executor's pending runs) and wait for `run_id`; its status and messages go to the `result`
@@ -35,7 +36,8 @@ def main(config: dict[str, Any]) -> None:
     )
     run_id = config["run_id"]
     if config["action"] == "run":
-        swarm.start(_refunds.refunder, [{"role": "user", "content": config["text"]}], run_id=run_id)
+        agent = getattr(_refunds, config.get("agent", "refunder"))
+        swarm.start(agent, [{"role": "user", "content": config["text"]}], run_id=run_id)
         while True:
             time.sleep(1)
     while not os.path.exists(config["go"]):

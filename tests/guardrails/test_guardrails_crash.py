@@ -9,7 +9,10 @@ line per execution to files. Two kill points:
 * `passed`: the tool guardrail `limit` passed `refund(50)` and the tool runs, held by a file the
   test removes before recovering: the unfinished tool runs again, the verdict is read back;
 * `tripped`: `limit` blocked `refund(500)` and the next model call (reading the rejection) is
-  held at the server: that call is made again, the tripped verdict is read back.
+  held at the server: that call is made again, the tripped verdict is read back;
+* `parallel`: `Hasty`'s input guardrail, asked while the first model call runs, recorded its
+  verdict while that call is held at the server: the recovered run finds the verdict at the
+  step id drawn for it, and only the model call is made again.
 """
 
 from __future__ import annotations
@@ -93,14 +96,13 @@ def processes() -> Iterator[list[Process]]:
         process.kill()
 
 
-def uninterrupted(durable_swarm_factory, said: str) -> list[dict[str, Any]]:
+def uninterrupted(durable_swarm_factory, said: str, agent: Any = None) -> list[dict[str, Any]]:
     """The run's messages without a crash, in this process (on the module's own database)."""
     with FakeOpenAIServer(_refunds.reply) as server:
         swarm = durable_swarm_factory(server.client())
         run = f"uninterrupted-{uuid.uuid4().hex[:8]}"
-        return swarm.run(
-            _refunds.refunder, [{"role": "user", "content": said}], run_id=run
-        ).messages
+        messages = [{"role": "user", "content": said}]
+        return swarm.run(agent or _refunds.refunder, messages, run_id=run).messages
 
 
 def test_killed_after_a_passed_verdict_while_the_tool_runs(
@@ -157,10 +159,57 @@ def test_killed_after_a_tripped_verdict_while_the_model_reads_the_rejection(
     assert server.request_count == 3
 
 
+def test_killed_after_a_parallel_verdict_while_the_first_model_call_runs(
+    children_database_url, durable_swarm_factory, tmp_path, work_dir, processes
+):
+    said = "refund 50"
+    expected = uninterrupted(durable_swarm_factory, said, _refunds.hasty)
+    work = tmp_path / "children"
+    work.mkdir()
+    model = HeldModel(hold=(said, 0))
+    with FakeOpenAIServer(model) as server:
+        first, second = start(processes, work, server, children_database_url, said, agent="hasty")
+        wait_for(
+            lambda: model.arrived((said, 0)) == 1 and executions(work, "screen") == [said],
+            "the guardrail's verdict beside the held model call", processes=[first],
+        )  # fmt: skip
+        wait_for(lambda: verdict_recorded(children_database_url), "the verdict's step")
+        kill(first)
+        (work / "go").touch()
+        result = second.finish()
+
+    assert result == {"status": "succeeded", "messages": expected}
+    assert executions(work, "screen") == [said]  # the parallel guardrail: asked once
+    assert executions(work, "refund") == ["50"]
+    assert (model.arrived((said, 0)), model.arrived((said, 1))) == (2, 1)
+    assert server.request_count == 3
+
+
+def verdict_recorded(url: str) -> bool:
+    """Whether a `guardrail:screen` step of a run is recorded in the database at `url`."""
+    from durable_swarm.durable import DurableClient
+
+    client = DurableClient(url)
+    try:
+        return any(
+            step.kind == "guardrail" and step.output
+            for run in client.list_runs()
+            for step in client.get_run(run.run_id).steps
+        )
+    finally:
+        client.close()
+
+
 def start(
-    processes: list[Process], work: Path, server: FakeOpenAIServer, url: str, said: str
+    processes: list[Process],
+    work: Path,
+    server: FakeOpenAIServer,
+    url: str,
+    said: str,
+    agent: str = "refunder",
 ) -> tuple[Process, Process]:
     config = {
+        "agent": agent,
         "database_url": url,
         "base_url": server.base_url,
         "executor_id": f"guard-{uuid.uuid4().hex[:8]}",
