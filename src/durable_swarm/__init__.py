@@ -25,6 +25,7 @@ if _typing.TYPE_CHECKING:
         DecisionConflictError,
         DuplicateAgentError,
         DurableSwarmError,
+        GuardrailTripped,
         MCPServerUnavailableError,
         ModelCallError,
         ModelResponseError,
@@ -35,6 +36,7 @@ if _typing.TYPE_CHECKING:
         ToolResultNotSerializableError,
         ToolUnavailableError,
     )
+    from .guardrails import Guardrail, GuardrailResult, guardrail
     from .handoffs import (
         AfterWork,
         AfterWorkOption,
@@ -68,6 +70,9 @@ __all__ = [
     "DurableSwarm",
     "DurableSwarmError",
     "FileTools",
+    "Guardrail",
+    "GuardrailResult",
+    "GuardrailTripped",
     "MCPServerUnavailableError",
     "MCPTools",
     "ModelCallError",
@@ -92,6 +97,7 @@ __all__ = [
     "Usage",
     "ask_user",
     "create_durable_agent",
+    "guardrail",
     "initiate_swarm_chat",
     "skill",
     "tool",
@@ -109,6 +115,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "DecisionConflictError",
         "DuplicateAgentError",
         "DurableSwarmError",
+        "GuardrailTripped",
         "MCPServerUnavailableError",
         "ModelCallError",
         "ModelResponseError",
@@ -119,6 +126,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "ToolResultNotSerializableError",
         "ToolUnavailableError",
     ),
+    ".guardrails": ("Guardrail", "GuardrailResult", "guardrail"),
     ".handoffs": (
         "AfterWork",
         "AfterWorkOption",

@@ -24,6 +24,7 @@ __all__ = [
     "DuplicateAgentError",
     "DurableSwarmError",
     "ExecutorIdInUseError",
+    "GuardrailTripped",
     "MCPServerUnavailableError",
     "ModelCallError",
     "ModelResponseError",
@@ -433,6 +434,43 @@ class BudgetExceededError(DurableSwarmError):
             message, limit=limit, allowed=allowed, reached=reached, run_id=run_id, agent=agent,
             model=model,
         )  # fmt: skip
+
+
+class GuardrailTripped(DurableSwarmError):
+    """A guardrail stopped a run: an input guardrail on the user's input, or an output guardrail
+    on the final answer (a tripped tool guardrail does not end the run; the model reads why).
+
+    `guardrail` is its name, `kind` what it checked (`input` or `output`), `reason` its reason,
+    `agent` the agent it guards and `run_id` the durable run it ended (None in memory).
+    """
+
+    guardrail: str
+    kind: str
+    reason: str
+    agent: str | None
+    run_id: str | None
+
+    def __init__(
+        self,
+        guardrail: str,
+        kind: str,
+        reason: str,
+        *,
+        agent: str | None = None,
+        run_id: str | None = None,
+        message: str | None = None,
+    ):
+        what = {"input": "the user's input", "output": "the final answer"}.get(kind, kind)
+        who = f" of agent {agent!r}" if agent else ""
+        where = f" ended run {run_id!r}" if run_id else " ended the run"
+        message = message or (
+            f"Guardrail {guardrail!r} tripped on {what}{who} and{where}: "
+            f"{reason or 'no reason given'}. This is a verdict, not a fault: change the input "
+            "(or the guardrail) and start a new run."
+        )
+        super().__init__(
+            message, guardrail=guardrail, kind=kind, reason=reason, agent=agent, run_id=run_id
+        )
 
 
 class DuplicateAgentError(DurableSwarmError, ValueError):

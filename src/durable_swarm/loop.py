@@ -7,7 +7,9 @@ driver, which performs it through a runtime and sends the result back:
 - `ToolInvocation`: one tool call;
 - `WaitForInput`: an answer from the person, or their decision on a tool call;
 - `Transition`: a record of a handoff (which rule fired, from which agent to which, and why);
-- `ListTools`: the tool list of a `ToolSource` (an MCP server), asked once per run and kept.
+- `ListTools`: the tool list of a `ToolSource` (an MCP server), asked once per run and kept;
+- `CheckGuardrail`: a guardrail's verdict, and `Parallel`: input guardrails asked while the first
+  model call runs (see `durable_swarm.guardrails`, which holds their logic).
 
 The loop performs no effect itself and draws no randomness; what it decides depends only on the
 run's input and the results sent back (the one clock it reads is the timestamp of Swarm's debug
@@ -29,9 +31,10 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import _registry
+from . import _registry, guardrails
 from ._response import Response
 from .errors import DurableSwarmError
+from .guardrails import CheckGuardrail, Parallel
 from .handoffs import (
     AfterWork,
     AfterWorkOption,
@@ -122,7 +125,9 @@ class ListTools:
     source: ToolSource
 
 
-Effect = ModelCall | ToolInvocation | WaitForInput | Transition | ListTools
+Effect = (
+    ModelCall | ToolInvocation | WaitForInput | Transition | ListTools | CheckGuardrail | Parallel
+)
 Loop = Generator[Effect, Any, Response]
 
 
@@ -311,9 +316,15 @@ def _run_tools(
         tool_name(f): f for f in agent_functions(state.agent, state.context, state.tool_lists)
     }
     batch = [(call, functions.get(call["function"]["name"])) for call in calls]
+    blocked = yield from guardrails.before_tools(state, batch)  # {} without tool guardrails
+    batch = [(call, function) for call, function in batch if id(call) not in blocked]
     target: tuple[Any, str] = (None, "")
     updates: dict[str, Any] = {}
-    for call, function in batch:
+    for call in calls:
+        if id(call) in blocked:
+            state.history.append(blocked[id(call)])
+            continue
+        function = functions.get(call["function"]["name"])
         if function is not None and tool_spec(function).needs_approval:
             decision = Decision.from_json((yield WaitForInput("approval", state.agent, call=call)))
             if not decision.approved:
@@ -322,6 +333,7 @@ def _run_tools(
         outcome: ToolOutcome = yield ToolInvocation(
             state.agent, call, function, state.context, debug, batch
         )
+        outcome = yield from guardrails.after_tool(state, call, function, outcome)
         message = outcome.message
         if outcome.ask is not None:
             answer = yield WaitForInput("input", state.agent, prompt=outcome.ask, call=call)
@@ -381,7 +393,9 @@ def turn_loop(run: RunRequest) -> Loop:
     swarm-level after-work for agents without their own; `agents` name the agents that string
     targets may refer to, with the agents the handoff rules name (others are found in the
     registry); two different agents under one name raise `DuplicateAgentError`. The loop does
-    not read `run_id` or `budget` (the durable facade stores them with the run).
+    not read `budget` (the durable facade stores it with the run); `run_id` only names the run
+    in a `GuardrailTripped` error. Input guardrails are asked before anything else (or with the
+    first model call), output guardrails once the run has its final answer.
     """
     debug, max_turns = run.debug, run.max_turns
     state = RunState(
@@ -391,13 +405,16 @@ def turn_loop(run: RunRequest) -> Loop:
         known_agents(run.agent, run.agents, run.after_work),
     )
     init_len = len(state.history)
+    parallel = yield from guardrails.check_input(state, run.run_id, run.stream)
     while len(state.history) - init_len < max_turns and state.agent:
         yield from _context_handoffs(state)
         yield from _list_tools(state)
         request = build_request(state, run.model_override, run.stream)
         debug_print(debug, "Getting chat completion for...:", request["messages"])
-        message: dict[str, Any] = yield ModelCall(state.agent, request, debug)
-        del request  # not kept alive while the run waits for a person below
+        call = ModelCall(state.agent, request, debug)
+        message = yield from guardrails.alongside(call, parallel, run.run_id)
+        parallel = []
+        del request, call  # not kept alive while the run waits for a person below
         debug_print(debug, "Received completion:", message)
         state.history.append(message)
         if not run.execute_tools:
@@ -411,6 +428,9 @@ def turn_loop(run: RunRequest) -> Loop:
         if not (yield from _hand_over(state, target, rule, reason, turns_left)):
             debug_print(debug, "Ending turn.")
             break
+    yield from guardrails.remaining(parallel, run.run_id)  # no model call to go with
+    # The final answer is checked here (a typed output would be checked with it).
+    yield from guardrails.check_output(state, state.history[init_len:], run.run_id)
     return Response(
         messages=state.history[init_len:], agent=state.agent, context_variables=state.context
     )

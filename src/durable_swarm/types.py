@@ -65,6 +65,25 @@ class Agent(BaseModel):
     """Skills (`durable_swarm.toolkit.Skill`): instruction fragments bundled with tools."""
     update_agent_state_before_reply: list[Any] = []
     """AG2's hook list; an `UpdateSystemMessage` here re-renders the instructions every turn."""
+    input_guardrails: list[Any] = []
+    """Checks of the user's input when a run starts with this agent (see
+    `durable_swarm.guardrails`): functions, agents or `Guardrail`s; one that trips ends the run
+    with `GuardrailTripped`."""
+    output_guardrails: list[Any] = []
+    """Checks of the final answer when this agent gives it; one that trips ends the run with
+    `GuardrailTripped`."""
+    tool_guardrails: list[Any] = []
+    """Checks of each of this agent's tool calls, before the tool runs (its arguments) or after
+    (its result, `@guardrail(when="after")`); one that trips answers the model with a rejection
+    and the run goes on."""
+
+    @field_validator("input_guardrails", "output_guardrails", "tool_guardrails", mode="before")
+    @classmethod
+    def _check_guardrails(cls, value: Any) -> list[Any]:
+        from .guardrails import as_guardrail
+
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        return [as_guardrail(item) for item in items]
 
     @field_validator("handoffs", mode="before")
     @classmethod

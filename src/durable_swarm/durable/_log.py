@@ -31,6 +31,10 @@ The shapes, by where they are stored:
   message's last tool step);
 - a handoff step `handoff:<from>-><to>`, a tool list `tools:<server>`, a budget refusal
   `budget:<limit>`;
+- a guardrail's verdict `guardrail:<name>`: `guardrail`, `kind` (`input`, `output`,
+  `tool_call`, `tool_result`), `agent`, `tripped`, `reason`; a tool guardrail's `tool`,
+  `tool_call_id` and, when it tripped, the rejection `message` the model reads; a guardrail
+  agent's `usage` (a new kind of step, not a new shape: no version change);
 - a wait for a person: DBOS's patch marker `WATCHED_WAITS` (runs logged before it replay a plain
   `DBOS.recv`), the `WAITING_EVENT` event, then a `watch:<kind>` step (no output; it ends when an
   answer is in the database) before each `DBOS.recv` that takes the answer;

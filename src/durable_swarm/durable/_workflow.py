@@ -1,6 +1,7 @@
 """The durable run: a DBOS workflow that drives the shared turn loop through DBOS steps.
 
-Each model call is one step (`model:<agent>`), each tool call one step (`tool:<name>`), and the
+Each model call is one step (`model:<agent>`), each tool call one step (`tool:<name>`), each
+guardrail verdict one step (`guardrail:<name>`), and the
 tool list of each MCP server the run meets one step (`tools:<server>`), so a replay offers the
 same tools even if the server changed. Step outputs are JSON: the assistant message, the token
 usage the server reported, the model name requested and the call's price in USD (None if
@@ -31,7 +32,7 @@ import sqlalchemy as sa
 from dbos import DBOS, SetWorkflowID, StepOptions
 from dbos._error import DBOSBaseException, DBOSWorkflowCancelledError, DBOSWorkflowConflictIDError
 
-from .. import _registry, model, tracing
+from .. import _registry, guardrails, model, tracing
 from .._aio import blocking_executor, is_async_callable, run_in
 from ..errors import (
     AgentNotFoundError,
@@ -41,6 +42,7 @@ from ..errors import (
     SwarmNotFoundError,
     ToolResultNotSerializableError,
 )
+from ..guardrails import CheckGuardrail, Parallel
 from ..handoffs import AfterWorkOption
 from ..human import arguments_digest
 from ..loop import (
@@ -52,7 +54,7 @@ from ..loop import (
     WaitForInput,
     turn_loop,
 )
-from ..runtime import _debug_tool, adrive
+from ..runtime import InMemoryRuntime, _debug_tool, _no_person, _unless_failed, adrive
 from ..subagents import delegation_task, final_answer, is_delegation
 from ..tools import (
     ToolOutcome,
@@ -607,6 +609,62 @@ class DurableRuntime:
         with _drain.step(self.run_id, name) as gate:
             listing: list[dict[str, Any]] = await DBOS.run_step_async({"name": name}, list_step)
         return listing
+
+    async def acheck_guardrail(
+        self, effect: CheckGuardrail, reservation: Any = None
+    ) -> dict[str, Any]:
+        """A guardrail's verdict, recorded as a step (`guardrail:<name>`; at `reservation`, a
+        step id drawn earlier, when given): a replay reads it and never asks again. A guardrail
+        agent's conversation runs inside the step, with the run's client; its usage is part of
+        the verdict, so the run's tally counts it on replay too."""
+        name = f"guardrail:{effect.guardrail.name}"
+        what = f"Guardrail {effect.guardrail.name!r}"
+        gate = _drain.Admission(f"run {self.run_id}, step '{name}'")
+        used = Tally()
+
+        async def ask(agent: Any, messages: list[dict[str, Any]]) -> str:
+            child = InMemoryRuntime(self.client, _no_person(agent), prices=self.prices)
+            response = await adrive(turn_loop(RunRequest(agent, messages)), child)
+            used.merge(child.tally)
+            return final_answer(response.messages)
+
+        async def guardrail_step() -> dict[str, Any]:
+            await gate.aenter()  # a stopping process begins no new step (`_drain`)
+            with user_code(self.run_id, what):
+                verdict = await guardrails.acheck(effect, ask)
+            if used.by_agent:
+                verdict["usage"] = used.to_json()
+            return verdict
+
+        options: StepOptions = {"name": name}
+        try:
+            if reservation is not None:
+                verdict = await reservation.run_async(options, guardrail_step)
+            else:
+                verdict = await DBOS.run_step_async(options, guardrail_step)
+        finally:
+            gate.leave()
+        if verdict.get("usage"):
+            self.tally.merge(Tally.from_json(verdict["usage"]))
+        run_log.info(
+            "run %s: guardrail %s %s%s", self.run_id, effect.guardrail.name,
+            "tripped" if verdict.get("tripped") else "passed",
+            f": {verdict.get('reason')}" if verdict.get("tripped") else "",
+        )  # fmt: skip
+        return verdict
+
+    async def aparallel(self, effect: Parallel) -> list[Any]:
+        """The first model call with the input guardrails asked at the same time. Each
+        guardrail's step id is drawn first (`DBOS.reserve_step`), then the model call takes
+        the next ones, so the log's step order is the same however the two interleave."""
+        call, *checks = effect.effects
+        reserved = [DBOS.reserve_step() for _ in checks]
+        results = await asyncio.gather(
+            self.acall_model(call),
+            *(self.acheck_guardrail(c, r) for c, r in zip(checks, reserved, strict=True)),
+            return_exceptions=True,
+        )
+        return _unless_failed(list(results))
 
     async def acall_tool(self, effect: ToolInvocation) -> ToolOutcome:
         name = effect.call["function"]["name"]

@@ -244,6 +244,8 @@ function stepItem(step, retry) {
       step.tokens ? `${step.tokens} tokens · ` : "",
       step.duration_ms !== null && step.duration_ms !== undefined ? `${Math.round(step.duration_ms)} ms` : ""),
   );
+  const tripped = step.kind === "guardrail" && typeof step.result === "string" && step.result.startsWith("tripped");
+  if (tripped) head.insertBefore(el("span", { class: "chip bad", text: "tripped" }), head.querySelector(".step-meta"));
   const item = el("li", { class: `step${step.error ? " failed" : ""}`, "data-step": step.step, "data-kind": step.kind }, head);
   if (step.child_run_id) item.append(el("div", { class: "sub" }, "sub-agent run ", runLink(step.child_run_id)));
   if (step.error) item.append(el("pre", { class: "error-text", text: step.error }));
@@ -372,7 +374,7 @@ function runPage() {
       run.messages.push({ role: "assistant", sender: step.name, content: step.result.content, tool_calls: step.result.tool_calls });
     } else if (step.adds_message && step.kind === "tool") {
       run.messages.push({ role: "tool", tool_name: step.name, content: step.result });
-    } else if (["wait", "join", "handoff"].includes(step.kind)) {
+    } else if (["wait", "join", "handoff", "guardrail"].includes(step.kind)) {
       reconcileSoon();
     }
     if (step.adds_message) {
