@@ -32,6 +32,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError, create_model
 
+from ._messages import ACCEPTED, OUTPUT_TOOL, tool_message
 from .errors import DurableSwarmError
 
 __all__ = [
@@ -46,9 +47,7 @@ __all__ = [
     "to_json",
 ]
 
-OUTPUT_TOOL = "final_answer"
 OUTPUT_MODES = ("tool", "json_schema")
-ACCEPTED = "Final answer accepted."
 NOT_RUN = "Not run: the final answer was given in the same message."
 _WRAPPER_KEY = "response"
 # The keywords OpenAI's strict structured outputs accept (others make the schema non-strict).
@@ -253,8 +252,6 @@ def _validate(shape: OutputShape, text: Any) -> tuple[bool, Any, str]:
 
 
 def _tool_reply(call: Mapping[str, Any], content: str) -> dict[str, Any]:
-    from ._messages import tool_message
-
     return tool_message(dict(call), content)
 
 

@@ -266,3 +266,21 @@ def test_a_tool_named_final_answer_clashes_with_the_output_tool() -> None:
     agent = Agent(name="Clash", output_type=int, functions=[final_answer])
     with pytest.raises(DurableSwarmError, match="has a tool named 'final_answer'"):
         Swarm(ScriptedClient([text("1")])).run(agent, USER)
+
+
+def test_a_typed_sub_agent_answers_its_parent_with_the_json_of_its_output() -> None:
+    orders = Agent(name="OrderLookup", output_type=Order)
+    parent = Agent(name="Desk", functions=[orders.as_tool()])
+
+    def model(messages: list[dict[str, Any]], tools: Any) -> Any:
+        names = [t["function"]["name"] for t in tools or []]
+        if "final_answer" in names:
+            return final(ORDER)
+        if messages[-1]["role"] == "tool":
+            return text(f"The sub-agent said {messages[-1]['content']}")
+        return calls(ToolCall("delegate_to_orderlookup", {"task": "order 7"}))
+
+    response = Swarm(ScriptedClient(model)).run(parent, USER)
+
+    assert response.output is None  # the desk has no output type
+    assert response.messages[-1]["content"] == f"The sub-agent said {json.dumps(ORDER)}"

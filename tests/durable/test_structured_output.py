@@ -157,6 +157,30 @@ def test_a_streamed_run_ends_with_the_typed_output(durable_swarm_factory, run_id
     assert events[-1]["response"].output == Order(**ORDER)
 
 
+def test_a_typed_sub_agent_answers_its_parent_with_the_json_of_its_output(
+    durable_swarm_factory, run_id
+) -> None:
+    parent = Agent(name="StructuredDesk", functions=[ORDERS.as_tool()])
+
+    def model(messages: list[dict[str, Any]], tools: Any) -> Reply:
+        names = [t["function"]["name"] for t in tools or []]
+        if "final_answer" in names:
+            return final(ORDER)
+        if messages[-1]["role"] == "tool":
+            return text(f"The sub-agent said {messages[-1]['content']}")
+        return calls(ToolCall("delegate_to_structuredorders", {"task": "order 7"}))
+
+    with FakeOpenAIServer(model) as server:
+        swarm = durable_swarm_factory(server.client())
+        response = swarm.run(parent, USER, run_id=run_id)
+
+    assert response.output is None
+    assert response.messages[-1]["content"] == f"The sub-agent said {json.dumps(ORDER)}"
+    [child] = swarm.get_run(run_id).children
+    assert swarm.get_run(child).output == ORDER
+    assert swarm.get_run(run_id).messages[-2]["content"] == json.dumps(ORDER)  # read from the log
+
+
 class RetryHeld:
     """The fake server's script: an invalid answer first; the retry (after the error sent back)
     is held at the server the first time it arrives, so the test can kill the caller then."""
