@@ -63,6 +63,20 @@ def test_the_typed_answer_is_stored_as_json_and_read_back_as_its_type(
         assert client.get_run(run_id).output == ORDER
 
 
+def test_runs_show_prints_the_stored_output(durable_swarm_factory, run_id, database_url, capsys):
+    from durable_swarm.cli import main
+
+    with FakeOpenAIServer([final(ORDER)]) as server:
+        durable_swarm_factory(server.client()).run(ORDERS, USER, run_id=run_id)
+    capsys.readouterr()
+
+    assert main(["--database-url", database_url, "runs", "show", run_id, "--no-color"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[shown.index("Output") + 1] == f"  {json.dumps(ORDER)}"
+    assert main(["--database-url", database_url, "runs", "show", run_id, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["output"] == ORDER
+
+
 @pytest.mark.parametrize(
     ("output_type", "sent", "expected"),
     [
