@@ -17,7 +17,9 @@ apart: replaying the recorded outputs through the same loop rebuilds the same st
 
 Each turn: context conditions, then the model's reply and its tool calls (a function returning an
 agent, or an `OnCondition` transfer), else the agent's after-work, else the swarm's after-work;
-without any of these, a reply without tool calls ends the run, as in Swarm.
+without any of these, a reply without tool calls ends the run, as in Swarm. The final answer of
+an agent with an `output_type` is validated here, on the recorded reply (`durable_swarm.output`):
+valid, it is `RunState.output`; invalid, the error goes back to the model for another reply.
 """
 
 from __future__ import annotations

@@ -114,6 +114,8 @@ def _strict_valid(schema: Any, keyword_level: bool = True) -> bool:
         return all(_strict_valid(s) for s in schema.values())
     if set(schema) - _STRICT_KEYWORDS:
         return False
+    if "$ref" in schema and len(schema) > 1:  # strict mode takes a reference with nothing beside
+        return False
     if "format" in schema and schema["format"] not in _STRICT_FORMATS:
         return False
     if schema.get("type") == "object" or "properties" in schema:

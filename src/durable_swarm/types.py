@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from . import _registry
 from ._lazy import warn_moved
@@ -73,7 +73,7 @@ class Agent(BaseModel):
     output_mode: Literal["tool", "json_schema"] = "tool"
     """How `output_type` is asked for: a `final_answer` tool (any server that calls tools), or
     the server's `response_format` JSON schema (servers with OpenAI's structured outputs)."""
-    output_retries: int = 2
+    output_retries: int = Field(default=2, ge=0)
     """How many times an answer that does not validate is sent back to the model, with what did
     not validate, before the run fails with `OutputValidationError`."""
 

@@ -11,11 +11,12 @@ import pickle
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
 from durable_swarm import Agent, OutputValidationError, Swarm
 from durable_swarm.errors import DurableSwarmError
+from durable_swarm.output import shape_of
 from durable_swarm.testing import FakeOpenAIServer, ScriptedClient, ToolCall, calls, text
 
 USER = [{"role": "user", "content": "Where is order 7?"}]
@@ -284,3 +285,35 @@ def test_a_typed_sub_agent_answers_its_parent_with_the_json_of_its_output() -> N
 
     assert response.output is None  # the desk has no output type
     assert response.messages[-1]["content"] == f"The sub-agent said {json.dumps(ORDER)}"
+
+
+class Line(BaseModel):
+    sku: str
+    quantity: int
+
+
+class Basket(BaseModel):
+    lines: list[Line]
+    note: str | None
+
+
+class Described(BaseModel):
+    line: Line = Field(description="the one line")  # a reference with a sibling
+
+
+@pytest.mark.parametrize(
+    ("output_type", "strict"),
+    [(Basket, True), (Described, False), (dict[str, int], False), (int | None, True)],
+    ids=["nested-models", "ref-with-description", "free-form-dict", "optional-int"],
+)
+def test_strict_is_sent_only_for_schemas_strict_mode_takes(output_type: Any, strict: bool) -> None:
+    assert shape_of(output_type).strict is strict
+    schema = shape_of(output_type).schema
+    assert schema["type"] == "object"
+    free_form = output_type == dict[str, int]
+    assert schema["additionalProperties"] == ({"type": "integer"} if free_form else False)
+
+
+def test_output_retries_cannot_be_negative() -> None:
+    with pytest.raises(ValueError, match="output_retries"):
+        Agent(name="Negative", output_type=int, output_retries=-1)
