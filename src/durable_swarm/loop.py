@@ -348,8 +348,8 @@ def _check_output(
 ) -> output.Checked | None:
     """Check a final answer against the active agent's `output_type` (None: nothing to check);
     append what answers it (see `output.check`). A valid answer becomes `state.output`; an
-    invalid one is sent back, up to the agent's `output_retries` times in a row, then fails the
-    run with `OutputValidationError`."""
+    invalid one is sent back, up to the agent's `output_retries` times since the last valid one,
+    then the run fails with `OutputValidationError`."""
     state.output = state.output_agent = None
     checked = output.check(state.agent, message)
     if checked is None:
