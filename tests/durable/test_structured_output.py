@@ -162,6 +162,18 @@ def test_a_handoff_then_the_typed_answer(durable_swarm_factory, run_id) -> None:
     assert [s.name for s in model_steps(swarm, run_id)] == ["StructuredTriage", "StructuredOrders"]
 
 
+async def test_async_runs_and_started_runs_give_the_typed_output(
+    durable_swarm_factory, run_id
+) -> None:
+    with FakeOpenAIServer([final(ORDER)] * 3) as server:
+        swarm = durable_swarm_factory(server.async_client())
+        awaited = await swarm.arun(ORDERS, USER, run_id=run_id)
+        handle = await swarm.astart(ORDERS, USER, run_id=run_id + "-started")
+        started = await handle.aresult()
+
+    assert awaited.output == started.output == Order(**ORDER)
+
+
 def test_a_streamed_run_ends_with_the_typed_output(durable_swarm_factory, run_id) -> None:
     with FakeOpenAIServer([final(INVALID), final(ORDER)]) as server:
         swarm = durable_swarm_factory(server.client())
