@@ -29,6 +29,7 @@ __all__ = [
     "ModelCallError",
     "ModelResponseError",
     "NonJsonValueError",
+    "OutputValidationError",
     "RunCancelledError",
     "RunError",
     "RunNotFoundError",
@@ -497,4 +498,40 @@ class NonJsonValueError(DurableSwarmError, TypeError):
             "an ISO string, a set to a list, bytes to text) or leave it out. Nothing was stored.",
             where=where,
             problem=problem,
+        )
+
+
+class OutputValidationError(DurableSwarmError):
+    """An agent with an `output_type` gave no answer that validates: its last `answers` answers
+    were invalid (the first, then each of its `output_retries` retries, each sent back with what
+    did not validate). `problems` lists what did not validate in the last one, one per line."""
+
+    agent: str
+    output_type: str
+    problems: str
+    answers: int
+    run_id: str | None
+
+    def __init__(
+        self,
+        *,
+        agent: str,
+        output_type: str,
+        problems: str,
+        answers: int,
+        run_id: str | None = None,
+        message: str | None = None,
+    ):
+        where = f" in run {run_id!r}" if run_id else ""
+        super().__init__(
+            message
+            or f"Agent {agent!r}{where} gave no valid {output_type} in {answers} answers "
+            f"(output_retries={answers - 1}); the last one failed with:\n{problems}\nSay in "
+            "the agent's instructions what to answer, raise its output_retries, or try the "
+            "other output_mode ('tool' or 'json_schema'). Every answer is in the run's log.",
+            agent=agent,
+            output_type=output_type,
+            problems=problems,
+            answers=answers,
+            run_id=run_id,
         )

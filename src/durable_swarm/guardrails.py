@@ -37,6 +37,8 @@ from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from pydantic_core import to_jsonable_python
+
 from ._aio import in_thread, run_coroutine
 from ._messages import tool_message
 from .errors import DurableSwarmError, GuardrailTripped
@@ -280,7 +282,9 @@ _VERDICT = re.compile(r"\{.*\}", re.S)
 
 def agent_task(effect: CheckGuardrail) -> list[dict[str, Any]]:
     """The conversation a guardrail agent is run on: the value, and how to answer."""
-    value = effect.value if isinstance(effect.value, str) else json.dumps(effect.value)
+    value = effect.value
+    if not isinstance(value, str):  # arguments, a result, or a typed output (a model, ...)
+        value = json.dumps(to_jsonable_python(value))
     what = _WHAT[effect.kind]
     return [
         {
@@ -463,14 +467,21 @@ def after_tool(
 def check_output(
     state: RunState, new_messages: list[dict[str, Any]], run_id: str | None
 ) -> Generator[Any, Any, None]:
-    """Ask the answering agent's output guardrails about the run's final answer: its last
-    assistant message, when that calls no tool (a run cut short by `max_turns` has none)."""
+    """Ask the answering agent's output guardrails about the run's final answer: its typed
+    output when it has an `output_type` (the validated value, see `durable_swarm.output`), else
+    its last assistant message, when that calls no tool (a run cut short by `max_turns` has
+    none)."""
     guards = _guardrails(getattr(state.agent, "output_guardrails", None))
-    final = new_messages[-1] if new_messages else {}
-    if not guards or final.get("role") != "assistant" or final.get("tool_calls"):
+    if not guards:
         return
-    text = final.get("content") or ""
+    final = new_messages[-1] if new_messages else {}
+    if state.output_agent is state.agent and state.output is not None:
+        value: Any = state.output
+    elif final.get("role") != "assistant" or final.get("tool_calls"):
+        return
+    else:
+        value = final.get("content") or ""
     checks = [
-        CheckGuardrail(g, OUTPUT, state.agent, text, state.context, state.history) for g in guards
+        CheckGuardrail(g, OUTPUT, state.agent, value, state.context, state.history) for g in guards
     ]
     yield from _enforce(checks, run_id)

@@ -19,7 +19,9 @@ apart: replaying the recorded outputs through the same loop rebuilds the same st
 
 Each turn: context conditions, then the model's reply and its tool calls (a function returning an
 agent, or an `OnCondition` transfer), else the agent's after-work, else the swarm's after-work;
-without any of these, a reply without tool calls ends the run, as in Swarm.
+without any of these, a reply without tool calls ends the run, as in Swarm. The final answer of
+an agent with an `output_type` is validated here, on the recorded reply (`durable_swarm.output`):
+valid, it is `RunState.output`; invalid, the error goes back to the model for another reply.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import _registry, guardrails
+from . import _registry, guardrails, output
 from ._response import Response
-from .errors import DurableSwarmError
+from .errors import DurableSwarmError, OutputValidationError
 from .guardrails import CheckGuardrail, Parallel
 from .handoffs import (
     AfterWork,
@@ -168,6 +170,12 @@ class RunState:
     agents: dict[str, Any] = field(default_factory=dict)
     tool_lists: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """The tool list of each `ToolSource` (by name), as listed the first time the run met it."""
+    output: Any = None
+    """The validated, typed final answer of `output_agent` (an agent with an `output_type`),
+    set when its answer validates; None until then and after any later model answer."""
+    output_agent: Any = None
+    output_failures: int = 0
+    """How many answers did not validate since the last one that did (`Agent.output_retries`)."""
 
 
 def known_agents(agent: Any, agents: Sequence[Any] = (), after_work: Any = None) -> dict[str, Any]:
@@ -270,7 +278,7 @@ def build_request(state: RunState, model_override: str | None, stream: bool) -> 
     }
     if tools:
         request["parallel_tool_calls"] = agent.parallel_tool_calls
-    return request
+    return output.ask_for_output(agent, request)
 
 
 def _find_agent(state: RunState, name: str) -> Any:
@@ -347,6 +355,34 @@ def _run_tools(
     return target
 
 
+def _check_output(
+    state: RunState, message: dict[str, Any], run_id: str | None
+) -> output.Checked | None:
+    """Check a final answer against the active agent's `output_type` (None: nothing to check);
+    append what answers it (see `output.check`). A valid answer becomes `state.output`; an
+    invalid one is sent back, up to the agent's `output_retries` times since the last valid one,
+    then the run fails with `OutputValidationError`."""
+    state.output = state.output_agent = None
+    checked = output.check(state.agent, message)
+    if checked is None:
+        return None
+    state.history.extend(checked.replies)
+    if checked.ok:
+        state.output, state.output_agent, state.output_failures = checked.value, state.agent, 0
+        return checked
+    state.output_failures += 1
+    retries = getattr(state.agent, "output_retries", 2)
+    if state.output_failures > retries:
+        raise OutputValidationError(
+            agent=state.agent.name,
+            output_type=output.shape_of(state.agent.output_type).name,
+            problems=checked.error,
+            answers=state.output_failures,
+            run_id=run_id,
+        )
+    return checked
+
+
 def _after_work(state: RunState, swarm_after_work: Any) -> tuple[Any, str, str]:
     own = _rules(state.agent, AfterWork)
     if own:
@@ -419,7 +455,12 @@ def turn_loop(run: RunRequest) -> Loop:
         state.history.append(message)
         if not run.execute_tools:
             break
-        if message.get("tool_calls"):
+        checked = _check_output(state, message, run.run_id)
+        if checked is not None and not checked.ok:
+            continue  # the error is in the history: the same agent answers again
+        if checked is not None:
+            target, rule, reason = _after_work(state, run.after_work)
+        elif message.get("tool_calls"):
             target, tool = yield from _run_tools(state, message["tool_calls"], debug)
             rule, reason = "tool", f"function {tool} returned it"
         else:
@@ -429,8 +470,11 @@ def turn_loop(run: RunRequest) -> Loop:
             debug_print(debug, "Ending turn.")
             break
     yield from guardrails.remaining(parallel, run.run_id)  # no model call to go with
-    # The final answer is checked here (a typed output would be checked with it).
+    # The final answer (or the typed output) is checked by the output guardrails.
     yield from guardrails.check_output(state, state.history[init_len:], run.run_id)
     return Response(
-        messages=state.history[init_len:], agent=state.agent, context_variables=state.context
+        messages=state.history[init_len:],
+        agent=state.agent,
+        context_variables=state.context,
+        output=state.output if state.output_agent is state.agent else None,
     )

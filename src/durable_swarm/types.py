@@ -12,9 +12,9 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from . import _registry
 from ._lazy import warn_moved
@@ -85,6 +85,18 @@ class Agent(BaseModel):
         items = list(value) if isinstance(value, (list, tuple)) else [value]
         return [as_guardrail(item) for item in items]
 
+    output_type: Any = None
+    """The type of the agent's final answer (a pydantic model, a dataclass, a `TypedDict`, or a
+    type such as `int` or `list[str]`): the model is asked for it, the answer is validated and
+    `Response.output` holds the typed value (see `durable_swarm.output`). None: a text answer,
+    as in Swarm."""
+    output_mode: Literal["tool", "json_schema"] = "tool"
+    """How `output_type` is asked for: a `final_answer` tool (any server that calls tools), or
+    the server's `response_format` JSON schema (servers with OpenAI's structured outputs)."""
+    output_retries: int = Field(default=2, ge=0)
+    """How many times an answer that does not validate is sent back to the model, with what did
+    not validate, before the run fails with `OutputValidationError`."""
+
     @field_validator("handoffs", mode="before")
     @classmethod
     def _check_handoffs(cls, value: Any) -> list[Any]:
@@ -95,6 +107,10 @@ class Agent(BaseModel):
         return items
 
     def model_post_init(self, __context: Any) -> None:
+        if self.output_type is not None:  # a type pydantic cannot validate fails here
+            from .output import shape_of
+
+            shape_of(self.output_type, self.name)
         if self.skills:
             from .toolkit import skill_tools
 

@@ -197,3 +197,30 @@ def test_a_guardrail_gets_what_it_names_as_copies(work_dir):
     assert (seen["tool"], seen["arguments"]) == (None, None)
     assert response.context_variables == {"tier": "gold"}
     assert response.messages[-1]["content"] == "hi"
+
+
+def test_an_output_guardrail_checks_the_typed_output() -> None:
+    # An agent with an output_type answers through final_answer: the output guardrail gets the
+    # validated value (here a pydantic model), not the text of a message.
+    from pydantic import BaseModel
+
+    from durable_swarm.testing import ToolCall, calls
+
+    class Refund(BaseModel):
+        amount: int
+
+    seen: list[object] = []
+
+    @guardrail
+    def at_most_100(refund: Refund) -> str | None:
+        seen.append(refund)
+        return f"refund of {refund.amount} is over 100" if refund.amount > 100 else None
+
+    agent = Agent(name="TypedRefunder", output_type=Refund, output_guardrails=[at_most_100])
+    small = ScriptedClient([calls(ToolCall("final_answer", {"amount": 40}))])
+    assert Swarm(small).run(agent, user("refund 40")).output == Refund(amount=40)
+    large = ScriptedClient([calls(ToolCall("final_answer", {"amount": 400}))])
+    with pytest.raises(GuardrailTripped) as caught:
+        Swarm(large).run(agent, user("refund 400"))
+    assert caught.value.reason == "refund of 400 is over 100"
+    assert seen == [Refund(amount=40), Refund(amount=400)]

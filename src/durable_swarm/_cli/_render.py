@@ -27,7 +27,7 @@ __all__ = [
 
 JSON_SCHEMA_VERSION = 1
 # Fields of a run that only `show` has (`list` reads the status row alone).
-_DETAIL_FIELDS = ("messages", "context_variables", "steps", "transitions", "decisions")
+_DETAIL_FIELDS = ("messages", "context_variables", "steps", "transitions", "decisions", "output")
 # DBOS bookkeeping that people do not need in a timeline (`--all` shows it).
 BOOKKEEPING_KINDS = ("event", "timer", "stream", "dbos")
 

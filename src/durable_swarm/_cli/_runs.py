@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import inspect
+import json
 import re
 import sys
 import time
@@ -150,6 +151,8 @@ def cmd_show(args: argparse.Namespace, style: Style) -> int:
         _emit(args, run_json(info, detail=True), [])
         return 0
     lines = summary_lines(info, style)
+    if info.output is not None:  # a structured answer (its agent's output_type), as stored
+        lines += ["", style.paint("Output", "bold"), f"  {clean(json.dumps(info.output))}"]
     timeline = step_lines(info.steps, style, everything=args.all)
     lines += ["", style.paint("Timeline", "bold"), *(timeline or ["  (no steps yet)"])]
     hint = waiting_hint(info, style)

@@ -87,7 +87,8 @@ class ClientRunHandle:
         """Wait for the run to finish and return its `Response` (raises the run's error).
 
         `Response.agent` is the *name* of the agent the run ended on (this process has no agent
-        objects); `usage` and `usage_by_agent` are the run's, as `DurableSwarm` gives them.
+        objects), and `Response.output` its structured output as stored JSON; `usage` and
+        `usage_by_agent` are the run's, as `DurableSwarm` gives them.
         With `timeout` (seconds), raises `TimeoutError` if the run is not finished by then; the
         run itself goes on.
         """
@@ -113,6 +114,7 @@ class ClientRunHandle:
             context_variables=stored.context_variables,
             usage=stored.tally.total,
             usage_by_agent=stored.tally.by_agent,
+            output=stored.output,
         )
 
     def events(self) -> Iterator[dict[str, Any]]:

@@ -42,8 +42,11 @@ The shapes, by where they are stored:
   `tool_call`, `digest`), None while it does not wait; the answers it receives (`DBOS.recv`
   steps): `{"text", "by", "at"}` or a decision;
 - the result: `messages` (new ones only), `agent`, `context_variables`, `usage`
-  (`restore_contents` puts long tool results back), and a sub-agent's `tool_call_id` (the
-  parent's call it answers, also in its input: `read_run` puts its answer there).
+  (`restore_contents` puts long tool results back), a sub-agent's `tool_call_id` (the
+  parent's call it answers, also in its input: `read_run` puts its answer there), and `output`
+  (`{"value": <JSON>}`) when the agent the run ended on has an `output_type`: its validated
+  answer as JSON, read back as that type through the agent's `output_type` (the log names no
+  type). An addition readers of schema 3 without it ignore, so it keeps the version.
 
 `REPLAY_VERSION` is separate from `SCHEMA_VERSION`: it names DBOS's `application_version`, which
 decides which processes recover and dequeue a run, and changes only when this library can no
@@ -207,26 +210,33 @@ def result_output(
     agent: dict[str, Any] | None,
     context_variables: dict[str, Any],
     tally: Tally,
+    output: Any = None,
 ) -> dict[str, Any]:
     """A run's result: the messages it added (long tool results left in their steps: see
-    `stored_in_step`), the reference of the agent it ended on, its context and its usage."""
-    return {
+    `stored_in_step`), the reference of the agent it ended on, its context and its usage; and
+    its structured `output` as JSON, when it has one (None: it has none)."""
+    result = {
         "messages": messages,
         "agent": agent,
         "context_variables": context_variables,
         "usage": tally.to_json(),
     }
+    if output is not None:
+        result["output"] = {"value": output}
+    return result
 
 
 @dataclass
 class StoredResult:
     """A run's result as read back: the messages it added (long tool results restored), the
-    reference (`name`, `fingerprint`) of the agent it ended on, its context and usage."""
+    reference (`name`, `fingerprint`) of the agent it ended on, its context and usage, and its
+    structured output as stored (JSON data; None when it has none)."""
 
     messages: list[dict[str, Any]]
     agent: dict[str, Any] | None
     context_variables: dict[str, Any]
     tally: Tally
+    output: Any = None
 
     @classmethod
     def read(
@@ -239,6 +249,7 @@ class StoredResult:
             output.get("agent") or None,
             output.get("context_variables") or {},
             Tally.from_json(output.get("usage")),
+            (output.get("output") or {}).get("value"),
         )
 
 

@@ -95,6 +95,8 @@ class RunInfo:
     `usage_by_agent` is the same per agent name, sub-agents' agents shown on their own.
     `swarm` is the name of the swarm the run belongs to, whose model client and limits it runs
     with ("default" for runs of releases that did not record it; None if its input is unknown).
+    `output` is a finished run's structured output (its agent's `output_type`) as stored: JSON
+    data, not the typed value (`handle(run_id).result().output` is that).
     """
 
     run_id: str
@@ -117,6 +119,7 @@ class RunInfo:
     usage: Usage | None = None
     usage_by_agent: dict[str, Usage] = field(default_factory=dict)
     swarm: str | None = None
+    output: Any = None
 
     @property
     def cost_usd(self) -> float | None:
@@ -349,6 +352,7 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
         messages = list(spec.get("messages") or []) + stored.messages
         context = stored.context_variables
         agent = (stored.agent or {}).get("name", agent)
+        info.output = stored.output
     info.messages, info.context_variables, info.agent = messages, context, agent
     tally = tally_steps(info.steps)
     info.usage, info.usage_by_agent = tally.total, dict(tally.by_agent)

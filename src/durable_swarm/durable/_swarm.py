@@ -17,6 +17,7 @@ from .._aio import in_event_loop, off_event_loop
 from .._signature import takes_run
 from ..errors import AgentNotFoundError, DurableSwarmError
 from ..loop import RunRequest, known_agents
+from ..output import from_json as output_from_json
 from ..swarm import default_model
 from ..types import Agent, Response
 from ..usage import Budget, Prices, check_budget, check_prices
@@ -56,7 +57,26 @@ def _response(run_id: str, output: dict[str, Any]) -> Response:
         context_variables=stored.context_variables,
         usage=stored.tally.total,
         usage_by_agent=stored.tally.by_agent,
+        output=_typed_output(run_id, agent, stored.output),
     )
+
+
+def _typed_output(run_id: str, agent: Any, data: Any) -> Any:
+    """A run's stored structured output as its agent's `output_type` (the stored JSON when the
+    agent is not defined here, or its type no longer fits the data, with a warning)."""
+    if data is None or not isinstance(agent, Agent) or agent.output_type is None:
+        return data
+    try:
+        return output_from_json(agent, data)
+    except ValueError as e:  # pydantic's ValidationError: the agent's code changed
+        logger.warning(
+            "Run %s: its stored output no longer fits %s's output_type (%s); Response.output "
+            "holds the stored JSON instead.",
+            run_id,
+            agent.name,
+            (str(e).splitlines() or [""])[0],
+        )
+        return data
 
 
 def _begin_trace(run_id: str, agent: Agent, spec: RunSpec) -> RunSpec:

@@ -54,6 +54,7 @@ from ..loop import (
     WaitForInput,
     turn_loop,
 )
+from ..output import to_json as output_json
 from ..runtime import InMemoryRuntime, _debug_tool, _no_person, _unless_failed, adrive
 from ..subagents import delegation_task, final_answer, is_delegation
 from ..tools import (
@@ -946,12 +947,14 @@ async def _run(run_id: str, spec: RunSpec) -> dict[str, Any]:
     finally:
         if run.stream:
             await DBOS.close_stream_async(EVENTS_STREAM)
-    output = result_output(
+    typed = response.output  # the answer of `response.agent`, in its output_type
+    result = result_output(
         runtime.compact(response.messages),
         agent_ref(response.agent) if response.agent is not None else None,
         response.context_variables,
         runtime.tally,
+        None if typed is None else output_json(response.agent, typed),
     )
     if spec.tool_call_id:  # a sub-agent: the parent's call it answers (see `read_run`)
-        output["tool_call_id"] = spec.tool_call_id
-    return output
+        result["tool_call_id"] = spec.tool_call_id
+    return result
