@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import logging
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -21,6 +22,7 @@ from ._decisions import DecisionLog, DecisionRecord, payload
 from ._listing import PendingApproval, RunFilter, RunQuery
 from ._log import BUDGET_TOPIC, WAITING_EVENT
 from ._notices import Notices
+from ._rotation import DEFAULT_BATCH, RotationReport, rotate
 from ._runs import DBOS_STATUSES, RunInfo, read_run, step_record, summarize, tally_steps
 from ._waits import CANCEL_TOPIC, SWEEP_SECONDS, nudge_watchers
 
@@ -83,6 +85,7 @@ class RunControl:
 
     def __init__(self, source: Any, database_url: str) -> None:
         self.source = source
+        self._url = database_url
         self._query: RunQuery | None = None
         self.decisions = DecisionLog(database_url)
         self.notices = Notices(database_url)
@@ -133,6 +136,13 @@ class RunControl:
     def list_approvals(self, *, limit: int | None = None) -> list[PendingApproval]:
         """The tool calls runs wait for a person to approve, longest waiting first."""
         return self.query.approvals(limit=limit)
+
+    def rotate_keys(
+        self, *, batch_size: int = DEFAULT_BATCH, say: Callable[[str], None] | None = None
+    ) -> RotationReport:
+        """Re-seal every run's stored payloads with the first encryption key of this process
+        (see `durable._rotation`): in batches, safe while workers run, resumable."""
+        return rotate(_system_database(self.source), self._url, batch_size=batch_size, say=say)
 
     def read_usage(self, runs: list[RunInfo]) -> None:
         """Fill in the usage of listed runs that have not finished (read from their steps)."""

@@ -13,10 +13,11 @@ from typing import Any
 from dbos import DBOS
 
 from .._messages import final_answer, tool_message
-from ..errors import RunNotFoundError
+from ..errors import EncryptionKeyError, RunNotFoundError
 from ..human import Decision, arguments_digest
 from ..usage import Tally, Usage
 from ._log import WAITING_EVENT, StoredResult, call_usage, context_after, spec_of, step_kind
+from ._sealing import SealedValue
 from ._spec import RunSpec
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "STATUSES",
     "RunInfo",
     "StepRecord",
+    "encrypted_text",
     "read_run",
     "run_status",
     "step_outputs",
@@ -92,6 +94,9 @@ class RunInfo:
     `usage_by_agent` is the same per agent name, sub-agents' agents shown on their own.
     `swarm` is the name of the swarm the run belongs to, whose model client and limits it runs
     with ("default" for runs of releases that did not record it; None if its input is unknown).
+    `encrypted` is the id of the encryption key its contents need when this process has not got
+    it (None: nothing is hidden); its messages, context, step contents and error are then not
+    shown, while its status, agents, times, usage and costs are.
     """
 
     run_id: str
@@ -113,6 +118,7 @@ class RunInfo:
     usage: Usage | None = None
     usage_by_agent: dict[str, Usage] = field(default_factory=dict)
     swarm: str | None = None
+    encrypted: str | None = None
 
     @property
     def cost_usd(self) -> float | None:
@@ -147,7 +153,24 @@ def run_status(dbos_status: str, waiting: dict[str, Any] | None) -> str:
 def _error_text(error: Any) -> str | None:
     if error is None:
         return None
+    if isinstance(error, EncryptionKeyError) and error.key_id:
+        return encrypted_text(error.key_id)
     return str(error)
+
+
+def encrypted_text(key_id: str) -> str:
+    """What is shown in place of contents sealed with the key `key_id`, missing here."""
+    return f"encrypted (needs key {key_id!r})"
+
+
+def _locked_key(*values: Any) -> str | None:
+    """The key id of the first of `values` read without its key (a `SealedValue`)."""
+    for value in values:
+        if isinstance(value, SealedValue):
+            return value.key_id
+        if isinstance(value, EncryptionKeyError) and value.key_id:
+            return value.key_id
+    return None
 
 
 def summarize(status: Any, waiting: dict[str, Any] | None = None) -> RunInfo:
@@ -170,6 +193,7 @@ def summarize(status: Any, waiting: dict[str, Any] | None = None) -> RunInfo:
         usage=tally.total if tally else None,
         usage_by_agent=dict(tally.by_agent) if tally else {},
         swarm=RunSpec.swarm_of(spec) if spec else None,
+        encrypted=_locked_key(status.input, status.output, status.error),
     )
 
 
@@ -301,6 +325,7 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
         context = stored.context_variables
         agent = (stored.agent or {}).get("name", agent)
     info.messages, info.context_variables, info.agent = messages, context, agent
+    info.encrypted = info.encrypted or _locked_key(waiting, *(s.output for s in info.steps))
     tally = tally_steps(info.steps)
     info.usage, info.usage_by_agent = tally.total, dict(tally.by_agent)
     return info

@@ -27,6 +27,7 @@ from ._failures import DEFAULT_MODEL_RETRIES
 from ._log import StoredResult, naming_run, spec_of
 from ._ownership import timing
 from ._runs import RunInfo, read_run, step_outputs
+from ._sealing import configure as configure_keys
 from ._spec import DEFAULT_SWARM, RunSpec, check_swarm_name
 from ._swarms import SwarmSettings, registry
 from ._values import DEFAULT_MAX_RESULT_CHARS, check_input, check_messages
@@ -306,6 +307,12 @@ class DurableSwarm(RunCommands):
             each swarm of a process (one per model endpoint, say) its own name, and build them
             the same way in every process that serves their runs. Settable: runs started later
             record the new name.
+        encryption_key: encrypt every payload this process stores (messages, context,
+            tool arguments and results, answers, stream chunks) with AES-GCM: an `id:key` list
+            (a comma-separated string or a sequence; the first key encrypts, all decrypt),
+            instead of `DURABLE_SWARM_ENCRYPTION_KEY`. One keyring per process: the last one
+            given wins. Needs `pip install 'durable-swarm[crypto]'`
+            (docs/guides/encryption.md).
 
     A swarm serves its name while the program holds it (or until `close()`). Two live swarms of
     one name in a process: the later one serves the runs recovered or dequeued here (a warning
@@ -336,7 +343,10 @@ class DurableSwarm(RunCommands):
         prices: Prices | None = None,
         max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
         name: str = DEFAULT_SWARM,
+        encryption_key: str | Sequence[str] | None = None,
     ) -> None:
+        if encryption_key is not None:
+            configure_keys(encryption_key)
         if isinstance(max_result_chars, bool) or not isinstance(max_result_chars, int):
             raise TypeError(f"max_result_chars must be an int, got {max_result_chars!r}")
         if max_result_chars < 1:
