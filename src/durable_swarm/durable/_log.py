@@ -91,11 +91,13 @@ __all__ = [
     "model_output",
     "naming_run",
     "public_fields",
+    "raise_unread",
     "restore_contents",
     "result_output",
     "spec_of",
     "step_kind",
     "stored_in_step",
+    "unread_sealed",
 ]
 
 # The version of the stored shapes this library writes (see the module docstring).
@@ -440,6 +442,32 @@ def _locked(public: Any, key_id: str) -> Any:
     if isinstance(args, list):
         locked["args"] = [SealedValue(a, key_id) if isinstance(a, dict) else a for a in args]
     return locked
+
+
+_SEALED_PREFIX = json.dumps({"schema_version": SEALED_SCHEMA_VERSION})[:-1]
+
+
+def unread_sealed(value: Any) -> str | None:
+    """The key id of `value` if it is a sealed payload that DBOS could not read and handed back
+    as its stored text (DBOS's listings return a payload that fails to deserialize as text,
+    with a warning): the key of that id is here but does not open it."""
+    if isinstance(value, str) and value.startswith(_SEALED_PREFIX):
+        try:
+            sealed = json.loads(value).get("sealed")
+        except (ValueError, AttributeError):
+            return None
+        return sealed_key_id(sealed) if isinstance(sealed, str) and sealed.count(".") >= 2 else ""
+    return None
+
+
+def raise_unread(run_id: str, *values: Any) -> None:
+    """Raise the `EncryptionKeyError` of the first of `values` that is a sealed payload DBOS
+    could not read (see `unread_sealed`), naming `run_id`."""
+    for value in values:
+        if unread_sealed(value) is not None:
+            with naming_run(run_id):
+                JsonSerializer().deserialize(value)  # raises why it cannot be read
+            raise EncryptionKeyError("the stored payload cannot be read", run_id=run_id)
 
 
 class JsonSerializer(Serializer):

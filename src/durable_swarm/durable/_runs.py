@@ -16,7 +16,16 @@ from .._messages import final_answer, tool_message
 from ..errors import EncryptionKeyError, RunNotFoundError
 from ..human import Decision, arguments_digest
 from ..usage import Tally, Usage
-from ._log import WAITING_EVENT, StoredResult, call_usage, context_after, spec_of, step_kind
+from ._log import (
+    WAITING_EVENT,
+    StoredResult,
+    call_usage,
+    context_after,
+    raise_unread,
+    spec_of,
+    step_kind,
+    unread_sealed,
+)
 from ._sealing import SealedValue
 from ._spec import RunSpec
 
@@ -193,7 +202,9 @@ def summarize(status: Any, waiting: dict[str, Any] | None = None) -> RunInfo:
         usage=tally.total if tally else None,
         usage_by_agent=dict(tally.by_agent) if tally else {},
         swarm=RunSpec.swarm_of(spec) if spec else None,
-        encrypted=_locked_key(status.input, status.output, status.error),
+        encrypted=_locked_key(status.input, status.output, status.error)
+        or unread_sealed(status.input)
+        or None,
     )
 
 
@@ -202,7 +213,7 @@ def tally_steps(steps: list[StepRecord]) -> Tally:
     tally = Tally()
     for step in steps:
         out = step.output if isinstance(step.output, dict) else {}
-        if step.kind == "model" and "message" in out:
+        if step.kind == "model" and ("message" in out or isinstance(out, SealedValue)):
             tally.add(step.name, call_usage(out))
         elif step.kind == "join" and "usage" in out:
             tally.merge(Tally.from_json(out["usage"]))
@@ -268,6 +279,8 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
     `_consistent_read`).
     """
     status, waiting, steps = _consistent_read(run_id, source)
+    raise_unread(run_id, status.input, status.output, status.error, waiting)
+    raise_unread(run_id, *(s["output"] for s in steps), *(s["error"] for s in steps))
     info = summarize(status, waiting)
     spec = spec_of(status)
     info.steps = [step_record(s) for s in steps]
