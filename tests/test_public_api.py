@@ -86,6 +86,7 @@ PUBLIC: dict[str, set[str]] = {
         "DecisionConflictError",
         "DuplicateAgentError",
         "DurableSwarmError",
+        "EncryptionKeyError",
         "ExecutorIdInUseError",
         "MCPServerUnavailableError",
         "ModelCallError",

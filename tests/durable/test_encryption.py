@@ -30,6 +30,7 @@ import pytest
 import sqlalchemy as sa
 
 from _support.procs import CHILD_ENV, ScriptProcess, wait_for
+from durable_swarm import DurableClient
 from durable_swarm.durable import _sealing, resolve_database_url
 from durable_swarm.durable._decisions import DecisionLog, DecisionRecord
 from durable_swarm.durable._log import JsonSerializer
@@ -388,8 +389,7 @@ def test_tampered_ciphertext_is_a_clear_error(enc_database_url, tmp_path):
         payload["sealed"] = f"{marker}.{key_id}.{base64.urlsafe_b64encode(bytes(raw)).decode()}"
         conn.execute(
             sa.text(
-                f"UPDATE {table} SET output = :out WHERE workflow_uuid = :id "
-                "AND function_id = :f"
+                f"UPDATE {table} SET output = :out WHERE workflow_uuid = :id AND function_id = :f"
             ),
             {"out": json.dumps(payload), "id": run_id, "f": function_id},
         )
@@ -432,3 +432,71 @@ def test_a_run_killed_mid_call_recovers_with_its_key(enc_database_url, tmp_path)
     assert (tmp_path / "tool.log").read_text() == SECRETS["argument"] + "\n"  # the tool ran once
     assert_readable(read_run(enc_database_url, tmp_path, base["run_id"], run_key), base["run_id"])
     assert_no_secret(enc_database_url)
+
+
+@pytest.mark.crash
+def test_a_process_without_the_key_leaves_the_run_pending_and_one_with_it_finishes(
+    enc_database_url, tmp_path
+):
+    run_key = key("pending")
+    model = Model(hold=True)
+    base = {
+        "executor_id": f"enc-nokey-{uuid.uuid4().hex[:8]}",
+        "run_id": f"enc-nokey-{uuid.uuid4().hex[:10]}",
+    }
+    with FakeOpenAIServer(model) as server, children(enc_database_url, tmp_path) as start:
+        first = start(
+            "first", action="run", wait=True, base_url=server.base_url, key=run_key, **base
+        )
+        wait_for(lambda: model.arrivals[1], "the held model call", processes=[first])
+        first.kill()
+        reader = DurableClient(enc_database_url)  # this process has no key
+        try:
+            # recovered by a process without the key: it waits, saying for what, and runs nothing
+            keyless = start("keyless", action="recover", base_url=server.base_url, **base)
+            info = wait_for(
+                lambda: (lambda i: i if i.problem else None)(reader.get_run(base["run_id"])),
+                "the run's notice",
+                processes=[keyless],
+            )
+            assert info.status == "pending" and info.encrypted == "pending"
+            assert "encryption key 'pending'" in info.problem
+            assert model.arrivals[1] == 1  # the keyless process called no model
+            keyless.kill()
+        finally:
+            reader.close()
+        result = start(
+            "keyed", action="recover", base_url=server.base_url, key=run_key, **base
+        ).result()
+    assert result == {"status": "succeeded", "error": None}
+    assert model.arrivals == Counter({0: 1, 1: 2})
+    assert (tmp_path / "tool.log").read_text() == SECRETS["argument"] + "\n"
+
+
+def test_contract_the_dbos_payload_columns_rotation_rewrites():
+    """`_rotation._rewrite_dbos_payloads` is this library's one write to DBOS's tables: it
+    re-seals the payload columns of `DBOS_PAYLOAD_COLUMNS`. A DBOS release that renames them,
+    changes their keys, or stores payloads in a column not listed fails here."""
+    from dbos._schemas.system_database import SystemSchema
+
+    from durable_swarm.durable._rotation import DBOS_PAYLOAD_COLUMNS
+
+    listed = {name: (keys, run, columns) for name, keys, run, columns in DBOS_PAYLOAD_COLUMNS}
+    for name, (keys, run, columns) in listed.items():
+        table = getattr(SystemSchema, name, None)
+        assert table is not None, f"DBOS no longer has the table {name}: update rotation"
+        found = {c.name for c in table.columns}
+        missing = [c for c in (*keys, run, *columns) if c not in found]
+        assert not missing, f"DBOS's {name} has no column {missing}: update DBOS_PAYLOAD_COLUMNS"
+        primary = tuple(c.name for c in table.primary_key.columns)
+        assert set(primary) == set(keys), (
+            f"DBOS's {name} is keyed by {primary}, not {keys}: update DBOS_PAYLOAD_COLUMNS"
+        )
+    # every table of DBOS's that records how its payloads are serialized is listed
+    serialized = {
+        t.name for t in SystemSchema.metadata_obj.sorted_tables if "serialization" in t.columns
+    }
+    assert serialized <= set(listed), (
+        f"DBOS stores serialized payloads in {sorted(serialized - set(listed))}, which key "
+        "rotation does not re-seal: add them to DBOS_PAYLOAD_COLUMNS"
+    )

@@ -506,13 +506,14 @@ class JsonSerializer(Serializer):
                 "This payload was not written by durable-swarm (no schema_version); was the "
                 "database shared with another DBOS application?"
             )
-        if payload["schema_version"] > SEALED_SCHEMA_VERSION:
+        sealed = payload.get("sealed")
+        readable = SEALED_SCHEMA_VERSION if isinstance(sealed, str) else SCHEMA_VERSION
+        if payload["schema_version"] > readable:
             raise ValueError(
                 f"This run was written by a newer durable-swarm (log schema "
-                f"{payload['schema_version']}, this one reads up to {SEALED_SCHEMA_VERSION}); "
+                f"{payload['schema_version']}, this one reads up to {readable}); "
                 "upgrade durable-swarm to read it."
             )
-        sealed = payload.get("sealed")
         if isinstance(sealed, str):
             ring = keyring()
             key_id = sealed_key_id(sealed) if sealed.count(".") >= 2 else ""
