@@ -308,6 +308,16 @@ def test_without_the_key_contents_say_encrypted_and_listings_work(enc_database_u
     as_json = cli(env, "runs", "show", run_id, "--json", "--database-url", enc_database_url)
     assert as_json.returncode == 0 and json.loads(as_json.stdout)["encrypted"] == "first"
 
+    # the console's views of the run, read in this process (which has no key)
+    from durable_swarm.web._views import run_detail
+
+    with DurableClient(enc_database_url) as client:
+        detail = run_detail(client.get_run(run_id))
+    assert detail["encrypted"] == "first" and detail["agent"] == "Keeper"
+    tool = next(s for s in detail["steps"] if s["kind"] == "tool")
+    assert tool["result"] == "encrypted (needs key 'first')"
+    assert not any(secret in json.dumps(detail, default=str) for secret in SECRETS.values())
+
 
 def test_a_wrong_key_of_the_same_id_is_a_clear_error(enc_database_url, sealed_run):
     run_id, _, work = sealed_run
