@@ -60,7 +60,9 @@ async def one_run(swarm: DurableSwarm, run_id: str) -> tuple[float, float, int]:
 
 async def measure(url: str, label: str, turns: int, rounds: int) -> dict[str, list[float]]:
     swarm = DurableSwarm(client=AsyncScriptedClient(script(turns)), database_url=url).launch()
-    found: dict[str, list[float]] = {"plain wall": [], "plain cpu": [], "key wall": [], "key cpu": []}
+    found: dict[str, list[float]] = {
+        f"{kind} {what}": [] for kind in ("plain", "key") for what in ("wall", "cpu")
+    }
     for warm in range(2):  # warm up both paths
         for key in (None, KEY):
             _sealing.configure(key)
