@@ -30,13 +30,22 @@ import pytest
 import sqlalchemy as sa
 
 from _support.procs import CHILD_ENV, ScriptProcess, wait_for
-from durable_swarm import DurableClient
+from durable_swarm import Agent, DurableClient, ask_user
 from durable_swarm.durable import _sealing, resolve_database_url
 from durable_swarm.durable._decisions import DecisionLog, DecisionRecord
 from durable_swarm.durable._log import JsonSerializer
 from durable_swarm.durable._sealing import Keyring, SealedValue, open_sealed, seal
 from durable_swarm.errors import DurableSwarmError, EncryptionKeyError
-from durable_swarm.testing import FakeOpenAIServer, Fault, Reply, ToolCall, calls, text
+from durable_swarm.testing import (
+    FakeOpenAIServer,
+    Fault,
+    Reply,
+    ScriptedClient,
+    ToolCall,
+    calls,
+    text,
+)
+from durable_swarm.toolkit import tool
 
 from ._encryption_child import SECRETS
 
@@ -510,3 +519,67 @@ def test_contract_the_dbos_payload_columns_rotation_rewrites():
         f"DBOS stores serialized payloads in {sorted(serialized - set(listed))}, which key "
         "rotation does not re-seal: add them to DBOS_PAYLOAD_COLUMNS"
     )
+
+
+@tool(needs_approval=True)
+def transfer(amount: int, to: str) -> str:
+    """Transfer money."""
+    return f"sent {amount} to {to}"
+
+
+def _waiting_script(messages: list[dict[str, Any]], tools: Any) -> Any:
+    last = messages[-1]
+    if last["role"] == "user" and "question" in str(last["content"]):
+        return calls(ToolCall("ask_user", {"question": f"Which {SECRETS['argument']}?"}))
+    if last["role"] == "user" and "pay" in str(last["content"]):
+        return calls(ToolCall("transfer", {"amount": 42, "to": SECRETS["context"]}))
+    return f"You said: {last['content']}"
+
+
+def _wait(client: DurableClient, run_id: str, status: str) -> None:
+    wait_for(lambda: client.get_run(run_id).status == status, f"{run_id} to be {status}")
+
+
+def test_without_the_key_no_one_answers_blind_or_reads_a_result_or_stream(
+    durable_swarm_factory, database_url, run_id, monkeypatch
+):
+    live = key("live")
+    monkeypatch.setenv(_sealing.ENV_VAR, live)
+    swarm = durable_swarm_factory(ScriptedClient(_waiting_script))
+    agent = Agent(name="Teller", functions=[ask_user, transfer])
+    asks, pays, streamed = f"{run_id}-ask", f"{run_id}-pay", f"{run_id}-stream"
+    swarm.start(agent, [{"role": "user", "content": "a question"}], run_id=asks)
+    swarm.start(agent, [{"role": "user", "content": "please pay"}], run_id=pays)
+    chunks = swarm.run(
+        agent, [{"role": "user", "content": SECRETS["message"]}], run_id=streamed, stream=True
+    )
+    assert list(chunks)[-1]["response"].messages  # a stream: Swarm's generator
+    with DurableClient(database_url) as client:
+        _wait(client, asks, "waiting_for_input")
+        _wait(client, pays, "waiting_for_approval")
+        call_id = client.get_run(pays).waiting_for["tool_call"]["id"]
+        assert list(client.handle(streamed).events())[-1]["response"].messages
+
+        monkeypatch.delenv(_sealing.ENV_VAR)  # this process has no key from here on
+        with pytest.raises(EncryptionKeyError, match=asks):
+            client.send_input(asks, "blue")
+        with pytest.raises(EncryptionKeyError, match=pays):
+            client.approve(pays, call_id)
+        [approval] = [a for a in client.list_approvals() if a.run_id == pays]
+        assert approval.tool == "encrypted" and SECRETS["context"] not in approval.arguments
+        with pytest.raises(EncryptionKeyError, match=streamed):
+            client.handle(streamed).result()
+        with pytest.raises(EncryptionKeyError, match=streamed):
+            list(client.handle(streamed).events())
+        assert client.get_run(asks).status == "waiting_for_input"  # listing fields still read
+
+        monkeypatch.setenv(_sealing.ENV_VAR, live)
+        client.send_input(asks, "blue")
+        client.approve(pays, call_id)
+        _wait(client, asks, "succeeded")
+        _wait(client, pays, "succeeded")
+        assert client.get_run(asks).messages[-1]["content"] == "You said: blue"
+    raw = raw_database_text(database_url)
+    assert "Teller" in raw
+    for secret in (SECRETS["message"], SECRETS["argument"], SECRETS["context"]):
+        assert secret not in raw  # the question, the tool call waiting, the stream chunks

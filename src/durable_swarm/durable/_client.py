@@ -25,6 +25,7 @@ from ._database import display_url, is_postgres, resolve_database_url, sqlite_pa
 from ._log import EVENTS_STREAM, WORKFLOW_NAME, JsonSerializer, StoredResult, naming_run
 from ._runs import RunInfo, step_outputs
 from ._sealing import configure as configure_keys
+from ._sealing import require
 from ._spec import DEFAULT_SWARM, RunSpec, check_swarm_name
 from ._values import check_input, check_messages
 
@@ -106,6 +107,7 @@ class ClientRunHandle:
             output = handle.get_result(polling_interval_sec=self._client.poll_interval)
         from ..types import Response  # the agent types load the tool machinery: only here
 
+        require(output, self.run_id, "its result")
         source = self._client._dbos
         stored = StoredResult.read(output, lambda: step_outputs(source, self.run_id))
         return Response(
@@ -127,6 +129,7 @@ class ClientRunHandle:
             self.run_id, EVENTS_STREAM, polling_interval_sec=self._client.poll_interval
         )
         for item in items:
+            require(item, self.run_id, "its stream events")
             if isinstance(item, dict) and "event" in item:
                 yield item["event"]
         yield {"response": self.result()}

@@ -24,6 +24,7 @@ from ._log import BUDGET_TOPIC, WAITING_EVENT
 from ._notices import Notices
 from ._rotation import DEFAULT_BATCH, RotationReport, rotate
 from ._runs import DBOS_STATUSES, RunInfo, read_run, step_record, summarize, tally_steps
+from ._sealing import require
 from ._waits import CANCEL_TOPIC, SWEEP_SECONDS, nudge_watchers
 
 __all__ = ["FINISHED", "LIVE", "ClientSource", "RunCommands", "RunControl"]
@@ -156,6 +157,9 @@ class RunControl:
 
     def _waiting(self, run_id: str, kind: str) -> dict[str, Any]:
         info = self.get_run(run_id)
+        # answering a question this process cannot read would answer blind (an approval is
+        # bound to the exact arguments it cannot see): refused, as for any sealed content
+        require(info.waiting_for, run_id, "what it waits for")
         wanted = "waiting_for_input" if kind == "input" else "waiting_for_approval"
         if info.status != wanted or not info.waiting_for:
             raise DurableSwarmError(

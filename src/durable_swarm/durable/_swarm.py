@@ -28,6 +28,7 @@ from ._log import StoredResult, naming_run, spec_of
 from ._ownership import timing
 from ._runs import RunInfo, read_run, step_outputs
 from ._sealing import configure as configure_keys
+from ._sealing import require
 from ._spec import DEFAULT_SWARM, RunSpec, check_swarm_name
 from ._swarms import SwarmSettings, registry
 from ._values import DEFAULT_MAX_RESULT_CHARS, check_input, check_messages
@@ -44,6 +45,7 @@ logger = logging.getLogger("durable_swarm")
 def _response(run_id: str, output: dict[str, Any]) -> Response:
     """A run's stored result as a `Response`; the agent is the live object when there is one, and
     long tool results are read back from the steps that store them."""
+    require(output, run_id, "its result")
     stored = StoredResult.read(output, lambda: step_outputs(DBOS, run_id))
     agent: Any = None
     if stored.agent:
@@ -99,8 +101,9 @@ def _through_thread(produce: Callable[[], Iterator[Any]]) -> Iterator[Any]:
         yield value
 
 
-def _events(items: Iterator[Any]) -> Iterator[dict[str, Any]]:
+def _events(items: Iterator[Any], run_id: str) -> Iterator[dict[str, Any]]:
     for item in items:
+        require(item, run_id, "its stream events")
         if isinstance(item, dict) and "event" in item:
             yield item["event"]
 
@@ -251,7 +254,7 @@ class RunHandle:
 
     def _events(self) -> Iterator[dict[str, Any]]:
         stream = DBOS.read_stream(self.run_id, EVENTS_STREAM, polling_interval_sec=_POLL_SECONDS)
-        yield from _events(stream)
+        yield from _events(stream, self.run_id)
         yield {"response": self.result()}
 
     async def aevents(self) -> AsyncIterator[dict[str, Any]]:
@@ -260,6 +263,7 @@ class RunHandle:
             self.run_id, EVENTS_STREAM, polling_interval_sec=_POLL_SECONDS
         )
         async for item in stream:
+            require(item, self.run_id, "its stream events")
             if isinstance(item, dict) and "event" in item:
                 yield item["event"]
         yield {"response": await self.aresult()}
