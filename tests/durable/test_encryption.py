@@ -583,3 +583,41 @@ def test_without_the_key_no_one_answers_blind_or_reads_a_result_or_stream(
     assert "Teller" in raw
     for secret in (SECRETS["message"], SECRETS["argument"], SECRETS["context"]):
         assert secret not in raw  # the question, the tool call waiting, the stream chunks
+
+
+APP_DBOS = """
+import sys, tempfile
+from dbos import DBOS
+from durable_swarm import Agent, DurableSwarm
+from durable_swarm.durable import JsonSerializer
+from durable_swarm.errors import DurableSwarmError
+from durable_swarm.testing import ScriptedClient, text
+
+url = "sqlite:///" + tempfile.mkdtemp() + "/app.sqlite"
+config = {"name": "my-app", "system_database_url": url, "application_version": "v1"}
+if sys.argv[1] == "json":
+    config["serializer"] = JsonSerializer()
+DBOS(config=config)
+DBOS.launch()
+swarm = DurableSwarm(ScriptedClient([text("Hello!")]), encryption_key=sys.argv[2])
+try:
+    swarm.run(Agent(name="Support"), [{"role": "user", "content": "Hi"}], run_id="hi")
+except DurableSwarmError as e:
+    print("REFUSED", e)
+else:
+    print("RAN", swarm.get_run("hi").messages[-1]["content"])
+DBOS.destroy()
+"""
+
+
+@pytest.mark.parametrize("serializer", ["default", "json"])
+def test_an_app_dbos_without_the_serializer_is_refused_with_a_key(serializer, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", APP_DBOS, serializer, key("app")],
+        capture_output=True, text=True, timeout=TIMEOUT, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    if serializer == "json":
+        assert done.stdout.startswith("RAN Hello!")
+    else:
+        assert done.stdout.startswith("REFUSED") and "JsonSerializer()" in done.stdout
