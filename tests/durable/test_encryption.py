@@ -621,3 +621,29 @@ def test_an_app_dbos_without_the_serializer_is_refused_with_a_key(serializer, tm
         assert done.stdout.startswith("RAN Hello!")
     else:
         assert done.stdout.startswith("REFUSED") and "JsonSerializer()" in done.stdout
+
+
+@pytest.mark.crash
+def test_rotation_while_a_run_is_in_flight_leaves_it_needing_only_the_new_key(
+    enc_database_url, tmp_path
+):
+    old, new = key("flight-old"), key("flight-new")
+    model = Model(hold=True)
+    base = {
+        "executor_id": f"enc-flight-{uuid.uuid4().hex[:8]}",
+        "run_id": f"enc-flight-{uuid.uuid4().hex[:10]}",
+    }
+    with FakeOpenAIServer(model) as server, children(enc_database_url, tmp_path) as start:
+        first = start("first", action="run", wait=True, base_url=server.base_url, key=old, **base)
+        wait_for(lambda: model.arrivals[1], "the held model call", processes=[first])
+        env = {**os.environ, _sealing.ENV_VAR: f"{new},{old}"}
+        rotated = cli(env, "runs", "rotate-keys", "--json", "--database-url", enc_database_url)
+        assert json.loads(rotated.stdout)["resealed"] >= 3, rotated.stderr  # input, 2 steps
+        first.kill()
+        # a process with only the new key takes the run over: every payload it reads opens
+        result = start("second", action="recover", base_url=server.base_url, key=new, **base)
+        assert result.result() == {"status": "succeeded", "error": None}
+    assert model.arrivals == Counter({0: 1, 1: 2})
+    assert (tmp_path / "tool.log").read_text() == SECRETS["argument"] + "\n"
+    assert_readable(read_run(enc_database_url, tmp_path, base["run_id"], new), base["run_id"])
+    assert read_run(enc_database_url, tmp_path, base["run_id"], old)["encrypted"] == "flight-new"
