@@ -91,6 +91,7 @@ PUBLIC: dict[str, set[str]] = {
         "DecisionConflictError",
         "DuplicateAgentError",
         "DurableSwarmError",
+        "EncryptionKeyError",
         "ExecutorIdInUseError",
         "GuardrailTripped",
         "MCPServerUnavailableError",

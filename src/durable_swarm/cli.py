@@ -220,6 +220,19 @@ def _add_runs(commands: argparse._SubParsersAction, common: argparse.ArgumentPar
     prune.add_argument("--dry-run", action="store_true", help="list what would go; delete nothing")
     prune.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
+    rotate = action(
+        "rotate-keys",
+        "re-encrypt stored runs with the first key of DURABLE_SWARM_ENCRYPTION_KEY "
+        "(in batches; safe while workers run; run it again to resume)",
+    )
+    rotate.add_argument(
+        "--batch-size",
+        type=_count,
+        default=500,
+        metavar="N",
+        help="rows re-encrypted per transaction (default: 500)",
+    )
+
 
 def _add_model_options(parser: argparse.ArgumentParser, whose: str) -> None:
     parser.add_argument(

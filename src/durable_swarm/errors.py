@@ -23,6 +23,7 @@ __all__ = [
     "DecisionConflictError",
     "DuplicateAgentError",
     "DurableSwarmError",
+    "EncryptionKeyError",
     "ExecutorIdInUseError",
     "GuardrailTripped",
     "MCPServerUnavailableError",
@@ -185,6 +186,38 @@ class DecisionConflictError(DurableSwarmError):
             by=by,
             at=at,
             attempted=attempted,
+        )
+
+
+class EncryptionKeyError(DurableSwarmError):
+    """A stored payload is encrypted and cannot be opened here: the key it was sealed with
+    (`key_id`) is not among this process's keys, the key of that id is not the one that sealed
+    it, the stored bytes were changed, or encryption was asked for without the `cryptography`
+    package. Nothing is shown or used in its place."""
+
+    run_id: str | None
+    key_id: str | None
+    reason: str
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        key_id: str | None = None,
+        run_id: str | None = None,
+        message: str | None = None,
+    ):
+        where = f" of run {run_id!r}" if run_id else ""
+        needs = f" It needs the key {key_id!r}." if key_id else ""
+        super().__init__(
+            message
+            or f"Cannot open the encrypted data{where}: {reason}.{needs} Set "
+            "DURABLE_SWARM_ENCRYPTION_KEY (a comma-separated list of id:key, the key that "
+            "encrypts first) or pass encryption_key=... with every key still in use "
+            "(docs/guides/encryption.md).",
+            reason=reason,
+            key_id=key_id,
+            run_id=run_id,
         )
 
 

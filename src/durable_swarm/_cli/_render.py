@@ -203,6 +203,15 @@ def summary_lines(info: RunInfo, style: Style) -> list[str]:
         lines.append(f"{label('by agent')}{shares}")
     if info.context_variables:
         lines.append(f"{label('context')}{preview(dumps(info.context_variables), 90)}")
+    if getattr(info, "encrypted", None):
+        lines.append(
+            f"{label('contents')}"
+            + style.paint(
+                f"encrypted (needs key {info.encrypted!r}): messages, context and step contents "
+                "are not shown; set DURABLE_SWARM_ENCRYPTION_KEY to see them",
+                "yellow",
+            )
+        )
     if info.error:
         lines.append(f"{label('error')}{style.paint(preview(info.error, 200), 'red')}")
     if info.problem:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import logging
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -21,7 +22,9 @@ from ._decisions import DecisionLog, DecisionRecord, payload
 from ._listing import PendingApproval, RunFilter, RunQuery
 from ._log import BUDGET_TOPIC, WAITING_EVENT
 from ._notices import Notices
+from ._rotation import DEFAULT_BATCH, RotationReport, rotate
 from ._runs import DBOS_STATUSES, RunInfo, read_run, step_record, summarize, tally_steps
+from ._sealing import require
 from ._waits import CANCEL_TOPIC, SWEEP_SECONDS, nudge_watchers
 
 __all__ = ["FINISHED", "LIVE", "ClientSource", "RunCommands", "RunControl"]
@@ -83,6 +86,7 @@ class RunControl:
 
     def __init__(self, source: Any, database_url: str) -> None:
         self.source = source
+        self._url = database_url
         self._query: RunQuery | None = None
         self.decisions = DecisionLog(database_url)
         self.notices = Notices(database_url)
@@ -134,6 +138,13 @@ class RunControl:
         """The tool calls runs wait for a person to approve, longest waiting first."""
         return self.query.approvals(limit=limit)
 
+    def rotate_keys(
+        self, *, batch_size: int = DEFAULT_BATCH, say: Callable[[str], None] | None = None
+    ) -> RotationReport:
+        """Re-seal every run's stored payloads with the first encryption key of this process
+        (see `durable._rotation`): in batches, safe while workers run, resumable."""
+        return rotate(_system_database(self.source), self._url, batch_size=batch_size, say=say)
+
     def read_usage(self, runs: list[RunInfo]) -> None:
         """Fill in the usage of listed runs that have not finished (read from their steps)."""
         for info in runs:
@@ -146,6 +157,9 @@ class RunControl:
 
     def _waiting(self, run_id: str, kind: str) -> dict[str, Any]:
         info = self.get_run(run_id)
+        # answering a question this process cannot read would answer blind (an approval is
+        # bound to the exact arguments it cannot see): refused, as for any sealed content
+        require(info.waiting_for, run_id, "what it waits for")
         wanted = "waiting_for_input" if kind == "input" else "waiting_for_approval"
         if info.status != wanted or not info.waiting_for:
             raise DurableSwarmError(

@@ -24,6 +24,7 @@ from ._database import describe_fault, display_url, prepare_sqlite
 from ._failures import quiet_tracebacks
 from ._log import REPLAY_VERSION, JsonSerializer
 from ._ownership import Ownership, gate_queues, new_executor_id, timing
+from ._sealing import keyring
 from ._waits import stop_watchers
 from ._wakeup import Wakeups
 from ._wakeup import install as install_wakeups
@@ -255,6 +256,7 @@ def ensure_launched(
                     f"{wanted!r} cannot start beside it. Use one database per process, or "
                     "call durable_swarm.durable.shutdown() first."
                 )
+            _check_serializer()
             return
         quiet_tracebacks()
         _drain.reopen()  # a launch after a stop in this process begins steps again
@@ -331,6 +333,22 @@ def ensure_launched(
             raise DatabaseUnavailableError(display_url(database_url), cause) from e
         _ownership = ownership
         _launched_url = database_url
+        _check_serializer()
+
+
+def _check_serializer() -> None:
+    """With an encryption key set, refuse a DBOS that does not store through this library's
+    serializer (an app that configured DBOS itself without it): runs would be stored as that
+    serializer writes them, unencrypted."""
+    if _owned or keyring() is None:
+        return
+    if not isinstance(getattr(_instance(), "_serializer", None), JsonSerializer):
+        raise DurableSwarmError(
+            "An encryption key is set (DURABLE_SWARM_ENCRYPTION_KEY or encryption_key=...), but "
+            "the app configured DBOS without durable-swarm's serializer, so runs would be stored "
+            "unencrypted. Add `serializer=durable_swarm.durable.JsonSerializer()` to the app's "
+            "DBOS config (docs/guides/encryption.md), or unset the key."
+        )
 
 
 def _register_recovery_queue() -> None:

@@ -13,10 +13,20 @@ from typing import Any
 from dbos import DBOS
 
 from .._messages import final_answer, tool_message
-from ..errors import RunNotFoundError
+from ..errors import EncryptionKeyError, RunNotFoundError
 from ..human import Decision, arguments_digest
 from ..usage import Tally, Usage
-from ._log import WAITING_EVENT, StoredResult, call_usage, context_after, spec_of, step_kind
+from ._log import (
+    WAITING_EVENT,
+    StoredResult,
+    call_usage,
+    context_after,
+    raise_unread,
+    spec_of,
+    step_kind,
+    unread_sealed,
+)
+from ._sealing import SealedValue
 from ._spec import RunSpec
 
 __all__ = [
@@ -24,6 +34,7 @@ __all__ = [
     "STATUSES",
     "RunInfo",
     "StepRecord",
+    "encrypted_text",
     "read_run",
     "run_status",
     "step_outputs",
@@ -97,6 +108,9 @@ class RunInfo:
     with ("default" for runs of releases that did not record it; None if its input is unknown).
     `output` is a finished run's structured output (its agent's `output_type`) as stored: JSON
     data, not the typed value (`handle(run_id).result().output` is that).
+    `encrypted` is the id of the encryption key its contents need when this process has not got
+    it (None: nothing is hidden); its messages, context, step contents and error are then not
+    shown, while its status, agents, times, usage and costs are.
     """
 
     run_id: str
@@ -120,6 +134,7 @@ class RunInfo:
     usage_by_agent: dict[str, Usage] = field(default_factory=dict)
     swarm: str | None = None
     output: Any = None
+    encrypted: str | None = None
 
     @property
     def cost_usd(self) -> float | None:
@@ -154,7 +169,24 @@ def run_status(dbos_status: str, waiting: dict[str, Any] | None) -> str:
 def _error_text(error: Any) -> str | None:
     if error is None:
         return None
+    if isinstance(error, EncryptionKeyError) and error.key_id:
+        return encrypted_text(error.key_id)
     return str(error)
+
+
+def encrypted_text(key_id: str) -> str:
+    """What is shown in place of contents sealed with the key `key_id`, missing here."""
+    return f"encrypted (needs key {key_id!r})"
+
+
+def _locked_key(*values: Any) -> str | None:
+    """The key id of the first of `values` read without its key (a `SealedValue`)."""
+    for value in values:
+        if isinstance(value, SealedValue):
+            return value.key_id
+        if isinstance(value, EncryptionKeyError) and value.key_id:
+            return value.key_id
+    return None
 
 
 def summarize(status: Any, waiting: dict[str, Any] | None = None) -> RunInfo:
@@ -177,6 +209,9 @@ def summarize(status: Any, waiting: dict[str, Any] | None = None) -> RunInfo:
         usage=tally.total if tally else None,
         usage_by_agent=dict(tally.by_agent) if tally else {},
         swarm=RunSpec.swarm_of(spec) if spec else None,
+        encrypted=_locked_key(status.input, status.output, status.error)
+        or unread_sealed(status.input)
+        or None,
     )
 
 
@@ -185,7 +220,7 @@ def tally_steps(steps: list[StepRecord]) -> Tally:
     tally = Tally()
     for step in steps:
         out = step.output if isinstance(step.output, dict) else {}
-        if step.kind == "model" and "message" in out:
+        if step.kind == "model" and ("message" in out or isinstance(out, SealedValue)):
             tally.add(step.name, call_usage(out))
         elif step.kind in ("join", "guardrail") and out.get("usage"):
             tally.merge(Tally.from_json(out["usage"]))
@@ -287,6 +322,8 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
     `_consistent_read`).
     """
     status, waiting, steps = _consistent_read(run_id, source)
+    raise_unread(run_id, status.input, status.output, status.error, waiting)
+    raise_unread(run_id, *(s["output"] for s in steps), *(s["error"] for s in steps))
     info = summarize(status, waiting)
     spec = spec_of(status)
     info.steps = [step_record(s) for s in steps]
@@ -354,6 +391,7 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
         agent = (stored.agent or {}).get("name", agent)
         info.output = stored.output
     info.messages, info.context_variables, info.agent = messages, context, agent
+    info.encrypted = info.encrypted or _locked_key(waiting, *(s.output for s in info.steps))
     tally = tally_steps(info.steps)
     info.usage, info.usage_by_agent = tally.total, dict(tally.by_agent)
     return info

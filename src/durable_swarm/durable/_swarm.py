@@ -28,6 +28,8 @@ from ._failures import DEFAULT_MODEL_RETRIES
 from ._log import StoredResult, naming_run, spec_of
 from ._ownership import timing
 from ._runs import RunInfo, read_run, step_outputs
+from ._sealing import configure as configure_keys
+from ._sealing import require
 from ._spec import DEFAULT_SWARM, RunSpec, check_swarm_name
 from ._swarms import SwarmSettings, registry
 from ._values import DEFAULT_MAX_RESULT_CHARS, check_input, check_messages
@@ -44,6 +46,7 @@ logger = logging.getLogger("durable_swarm")
 def _response(run_id: str, output: dict[str, Any]) -> Response:
     """A run's stored result as a `Response`; the agent is the live object when there is one, and
     long tool results are read back from the steps that store them."""
+    require(output, run_id, "its result")
     stored = StoredResult.read(output, lambda: step_outputs(DBOS, run_id))
     agent: Any = None
     if stored.agent:
@@ -118,8 +121,9 @@ def _through_thread(produce: Callable[[], Iterator[Any]]) -> Iterator[Any]:
         yield value
 
 
-def _events(items: Iterator[Any]) -> Iterator[dict[str, Any]]:
+def _events(items: Iterator[Any], run_id: str) -> Iterator[dict[str, Any]]:
     for item in items:
+        require(item, run_id, "its stream events")
         if isinstance(item, dict) and "event" in item:
             yield item["event"]
 
@@ -270,7 +274,7 @@ class RunHandle:
 
     def _events(self) -> Iterator[dict[str, Any]]:
         stream = DBOS.read_stream(self.run_id, EVENTS_STREAM, polling_interval_sec=_POLL_SECONDS)
-        yield from _events(stream)
+        yield from _events(stream, self.run_id)
         yield {"response": self.result()}
 
     async def aevents(self) -> AsyncIterator[dict[str, Any]]:
@@ -279,6 +283,7 @@ class RunHandle:
             self.run_id, EVENTS_STREAM, polling_interval_sec=_POLL_SECONDS
         )
         async for item in stream:
+            require(item, self.run_id, "its stream events")
             if isinstance(item, dict) and "event" in item:
                 yield item["event"]
         yield {"response": await self.aresult()}
@@ -326,6 +331,12 @@ class DurableSwarm(RunCommands):
             each swarm of a process (one per model endpoint, say) its own name, and build them
             the same way in every process that serves their runs. Settable: runs started later
             record the new name.
+        encryption_key: encrypt every payload this process stores (messages, context,
+            tool arguments and results, answers, stream chunks) with AES-GCM: an `id:key` list
+            (a comma-separated string or a sequence; the first key encrypts, all decrypt),
+            instead of `DURABLE_SWARM_ENCRYPTION_KEY`. One keyring per process: the last one
+            given wins. Needs `pip install 'durable-swarm[crypto]'`
+            (docs/guides/encryption.md).
 
     A swarm serves its name while the program holds it (or until `close()`). Two live swarms of
     one name in a process: the later one serves the runs recovered or dequeued here (a warning
@@ -356,7 +367,10 @@ class DurableSwarm(RunCommands):
         prices: Prices | None = None,
         max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
         name: str = DEFAULT_SWARM,
+        encryption_key: str | Sequence[str] | None = None,
     ) -> None:
+        if encryption_key is not None:
+            configure_keys(encryption_key)
         if isinstance(max_result_chars, bool) or not isinstance(max_result_chars, int):
             raise TypeError(f"max_result_chars must be an int, got {max_result_chars!r}")
         if max_result_chars < 1:

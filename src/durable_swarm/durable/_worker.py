@@ -21,6 +21,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 import sqlalchemy as sa
@@ -33,6 +34,7 @@ from ._client import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, DEFAULT_SHUTDOWN_GRACE
 from ._database import describe_fault, display_url, resolve_database_url
 from ._imports import is_model_client, load_target
 from ._ownership import new_executor_id, on_taken_policy, timing
+from ._sealing import configure as configure_keys
 from ._swarm import DurableSwarm
 from ._workflow import HOST
 
@@ -55,7 +57,10 @@ class Worker:
         poll_interval: float = 0.5,
         out: TextIO | None = None,
         on_executor_id_taken: str | None = None,
+        encryption_key: str | Sequence[str] | None = None,
     ) -> None:
+        if encryption_key is not None:
+            configure_keys(encryption_key)
         if not queue:
             raise DurableSwarmError("A worker needs a queue name (--queue NAME).")
         if not isinstance(concurrency, int) or concurrency < 1:
@@ -292,6 +297,7 @@ def run_worker(
     out: TextIO | None = None,
     shutdown_grace: float | None = DEFAULT_SHUTDOWN_GRACE,
     on_executor_id_taken: str | None = None,
+    encryption_key: str | Sequence[str] | None = None,
 ) -> None:
     """Serve durable runs from `queue` until SIGTERM or SIGINT (`durable-swarm worker`).
 
@@ -322,6 +328,8 @@ def run_worker(
             naming it (host, pid, last heartbeat), "fresh" takes the id `<id>-<random>`,
             "wait" starts once it has stopped or died. Default
             `DURABLE_SWARM_ON_EXECUTOR_ID_TAKEN`, else "error".
+        encryption_key: the keys of encrypted runs (an `id:key` list, the first encrypts),
+            instead of `DURABLE_SWARM_ENCRYPTION_KEY`; see `DurableSwarm`.
         heartbeat_interval: seconds between heartbeats (and looks for dead processes);
             default `DURABLE_SWARM_HEARTBEAT_INTERVAL`, else 5.
         dead_after: seconds without a heartbeat after which a process counts as dead and its
@@ -361,6 +369,7 @@ def run_worker(
         poll_interval=poll_interval,
         out=out,
         on_executor_id_taken=on_executor_id_taken,
+        encryption_key=encryption_key,
     )
     in_main = threading.current_thread() is threading.main_thread()
     worker._exit_grace = shutdown_grace if in_main else None  # the process is the worker's

@@ -39,6 +39,7 @@ from ..errors import (
     BudgetExceededError,
     DatabaseFaultError,
     DurableSwarmError,
+    EncryptionKeyError,
     SwarmNotFoundError,
     ToolResultNotSerializableError,
 )
@@ -87,6 +88,7 @@ from ._log import (
     stored_in_step,
 )
 from ._notices import Notices
+from ._sealing import SealedValue, require
 from ._spec import RunSpec, agent_ref, encode_target
 from ._swarms import DEFAULTS, SwarmSettings, registry
 from ._values import json_problem
@@ -198,16 +200,24 @@ class RunHost:
         self.remember(run_id, agent)
         return agent
 
+    async def await_key(self, run_id: str, value: Any, what: str) -> None:
+        """Go on only if `value`, read from the run's log, was opened: a payload sealed with a
+        key this process has not got leaves the run pending as `await_agent` does (a notice,
+        then back to its queue for a process that has the key), never run on its readable
+        fields alone."""
+        if isinstance(value, SealedValue):
+            await self.await_known(run_id, lambda: require(value, run_id, what), "its key")
+
     async def await_known(self, run_id: str, lookup: Callable[[], Any], what: str) -> Any:
         """`lookup()`, retried as `await_agent` waits while it raises `AgentNotFoundError` (or
-        `SwarmNotFoundError`), until this process knows `what` it names (an agent, a function
-        of a handoff rule, or a swarm)."""
+        `SwarmNotFoundError`, or `EncryptionKeyError`), until this process knows `what` it names
+        (an agent, a function of a handoff rule, a swarm, or the key of its stored data)."""
         since = checked = time.monotonic()
         noticed = False
         while True:
             try:
                 found = lookup()
-            except (AgentNotFoundError, SwarmNotFoundError) as e:
+            except (AgentNotFoundError, SwarmNotFoundError, EncryptionKeyError) as e:
                 if not noticed:
                     noticed = True
                     await asyncio.to_thread(self._notice, run_id, what, e)
@@ -230,14 +240,18 @@ class RunHost:
             return found
 
     def _notice(
-        self, run_id: str, what: str, error: AgentNotFoundError | SwarmNotFoundError
+        self,
+        run_id: str,
+        what: str,
+        error: AgentNotFoundError | SwarmNotFoundError | EncryptionKeyError,
     ) -> None:
         """Tell the log and every reader of the run that it waits for `what` (an agent...)."""
-        remedy = (
-            f"create DurableSwarm(..., name={error.swarm_name!r}) in a worker"
-            if isinstance(error, SwarmNotFoundError)
-            else "import it in a worker"
-        )
+        if isinstance(error, SwarmNotFoundError):
+            remedy = f"create DurableSwarm(..., name={error.swarm_name!r}) in a worker"
+        elif isinstance(error, EncryptionKeyError):
+            remedy = f"give a worker the encryption key {error.key_id!r}"
+        else:
+            remedy = "import it in a worker"
         notice = (
             f"waiting for {what}: {remedy} (or the process that runs this run); the run "
             f"stays pending and loses nothing. ({error})"
@@ -503,6 +517,7 @@ class DurableRuntime:
             raise failure from None
         finally:
             gate.leave()  # recorded (or failed): no longer in flight
+        await HOST.await_key(self.run_id, output, f"step 'model:{sender}'")
         self.tally.add(sender, call_usage(output))
         message: dict[str, Any] = output["message"]
         return message
@@ -559,6 +574,7 @@ class DurableRuntime:
                 message = await DBOS.recv_async(effect.kind, timeout_seconds=0)
             else:
                 message = await DBOS.recv_async(effect.kind, timeout_seconds=WAIT_SECONDS)
+            await HOST.await_key(self.run_id, message, "an answer")
             if not isinstance(message, dict):
                 continue
             if effect.kind == "input":
@@ -733,6 +749,7 @@ class DurableRuntime:
                 output = await sync_step(options, sync_tool_step, executor_for_tool(function))
         finally:
             gate.leave()  # recorded (or failed): no longer in flight
+        await HOST.await_key(self.run_id, output, f"step 'tool:{name}'")
         target = await decode_target(self.run_id, output.get("handoff"))
         context = context_after(effect.context_variables, output)
         if isinstance(output.get("step"), int):
@@ -864,6 +881,7 @@ async def run_workflow(stored: dict[str, Any]) -> dict[str, Any]:
     assert run_id is not None
     _dbos.note_entered(run_id)  # DBOS lists it as running now (see `_dbos.busy_runs`)
     try:
+        await HOST.await_key(run_id, stored, "its input")
         spec = RunSpec.from_json(stored)
         run_log.info(
             "run %s: agent %s of swarm %s, running here", run_id, spec.agent["name"], spec.swarm

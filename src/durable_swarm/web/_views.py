@@ -7,7 +7,8 @@ from datetime import datetime
 from typing import Any
 
 from ..durable._listing import PendingApproval
-from ..durable._runs import RunInfo, StepRecord
+from ..durable._runs import RunInfo, StepRecord, encrypted_text
+from ..durable._sealing import SealedValue
 
 __all__ = ["approval_json", "run_detail", "run_summary", "step_json", "tool_arguments"]
 
@@ -33,6 +34,7 @@ def run_summary(info: RunInfo, usage: dict[str, int] | None = None) -> dict[str,
         "error": info.error,
         "usage": info.usage.to_json() if info.usage is not None else None,
         "cost_usd": info.cost_usd,
+        "encrypted": info.encrypted,
     }
 
 
@@ -70,6 +72,8 @@ def step_json(step: StepRecord, arguments: dict[str, str] | None = None) -> dict
         args = (arguments or {}).get(str(message.get("tool_call_id")))
         result = message.get("content")
     name = step.name
+    if isinstance(step.output, SealedValue):  # its key is missing here: no contents to show
+        result = encrypted_text(step.output.key_id)
     if step.kind == "wait" and "text" in output:
         name, result = "answer", output["text"]
     elif step.kind == "wait" and "approved" in output:

@@ -304,6 +304,7 @@ function runPage() {
     const notes = [];
     if (run.recovery_attempts > 1) notes.push(`Resumed after a crash: another process took this run over (${run.recovery_attempts - 1} time${run.recovery_attempts > 2 ? "s" : ""}). Finished steps were not run again.`);
     if (run.error) notes.push(`Failed: ${run.error}`);
+    if (run.encrypted) notes.push(`Encrypted: this run's messages, context and step contents need the key "${run.encrypted}", which this console has not got (set DURABLE_SWARM_ENCRYPTION_KEY where it runs). Status, agents, times, usage and costs are shown.`);
     banner.textContent = visible(notes.join(" "));
     banner.className = run.error ? "banner bad" : "banner";
     banner.hidden = notes.length === 0;
