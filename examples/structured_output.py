@@ -86,6 +86,10 @@ def main(argv=None):
     for sent_back in retries:
         print(f"(sent back to the model) {sent_back.splitlines()[1]}")
     ticket = response.output
+    if ticket is None:  # the run ended on an agent without an output_type (no handoff)
+        answer = response.messages[-1].get("content") if response.messages else ""
+        print(f"{response.agent.name} answered without filing a ticket: {answer}")
+        return
     print(f"{response.agent.name} filed a {type(ticket).__name__}:")
     for name, value in ticket.model_dump().items():
         print(f"  {name}: {value}")
