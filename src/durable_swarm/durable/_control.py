@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import abc
 import logging
-from datetime import datetime, timezone
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 from dbos import SetWorkflowID
@@ -23,8 +23,8 @@ from ._listing import PendingApproval, RunFilter, RunQuery
 from ._log import BUDGET_TOPIC, WAITING_EVENT
 from ._notices import Notices
 from ._retention import Retention, RetentionReport, expire, purge
-from ._sweeper import RetentionLedger, RetentionStatus
 from ._runs import DBOS_STATUSES, RunInfo, read_run, step_record, summarize, tally_steps
+from ._sweeper import RetentionLedger, RetentionStatus
 from ._waits import CANCEL_TOPIC, SWEEP_SECONDS, nudge_watchers
 
 __all__ = ["FINISHED", "LIVE", "ClientSource", "RunCommands", "RunControl"]
@@ -334,7 +334,6 @@ class RunControl:
         if runs and not dry_run:
             purge(self.source, self.database_url, [r.run_id for r in runs])
         return runs
-
 
     # --- retention -------------------------------------------------------------------------
 

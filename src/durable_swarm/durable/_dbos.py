@@ -22,8 +22,8 @@ from . import _drain
 from ._database import describe_fault, display_url, prepare_sqlite
 from ._failures import quiet_tracebacks
 from ._log import REPLAY_VERSION, JsonSerializer
-from ._sweeper import stop_sweeper
 from ._ownership import Ownership, gate_queues, new_executor_id, timing
+from ._sweeper import stop_sweeper
 from ._waits import stop_watchers
 from ._wakeup import Wakeups
 from ._wakeup import install as install_wakeups

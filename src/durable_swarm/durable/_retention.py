@@ -49,6 +49,7 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _FORM = 'a number and a unit: s, m, h, d or w (e.g. "90m", "12h", "30d", "2w")'
 _KEEP = ("never", "forever", "keep")
+_MARGIN = timedelta(seconds=1)
 _FINAL = {dbos: name for name in RETENTION_STATUSES for dbos in DBOS_STATUSES[name]}
 
 
@@ -326,13 +327,16 @@ def purge(source: Any, database_url: str, run_ids: list[str]) -> list[str]:
 def _expired(
     source: Any, policy: Retention, now: datetime, limit: int | None, skip: Iterable[str]
 ) -> list[Any]:
-    """Top-level runs past their age, oldest first, at most `limit` (None: all) beyond `skip`."""
+    """Top-level runs past their age, oldest first, at most `limit` (None: all) beyond `skip`.
+
+    A second of margin: DBOS stores finish times in whole seconds on SQLite under Python 3.11
+    (truncated), so a run is kept up to a second past its age, never deleted a moment early."""
     skipped = set(skip)
     found: list[Any] = []
     for status, age in policy.ages.items():
         rows = source.list_workflows(
             status=list(DBOS_STATUSES[status]),
-            completed_before=_iso(now - age),
+            completed_before=_iso(now - age - _MARGIN),
             name=WORKFLOW_NAME,
             has_parent=False,
             limit=None if limit is None else limit + len(skipped),

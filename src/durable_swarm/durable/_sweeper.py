@@ -12,7 +12,6 @@ show` and the console can show the policies in force on a database and when each
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -349,7 +348,9 @@ class Sweeper:
                 raise _Stopped
 
         try:
-            report = expire(self.source, self.database_url, policy, now=self.clock(), on_batch=batch)
+            report = expire(
+                self.source, self.database_url, policy, now=self.clock(), on_batch=batch
+            )
         except _Stopped:
             return None
         if report.kept:

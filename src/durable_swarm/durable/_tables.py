@@ -13,7 +13,14 @@ import sqlalchemy as sa
 
 from ._database import create_engine
 
-__all__ = ["RUN_TABLES", "engine_for", "engine_with", "forget_runs", "missing_table", "text_columns"]
+__all__ = [
+    "RUN_TABLES",
+    "engine_for",
+    "engine_with",
+    "forget_runs",
+    "missing_table",
+    "text_columns",
+]
 
 logger = logging.getLogger("durable_swarm")
 _engines: dict[str, sa.Engine] = {}
