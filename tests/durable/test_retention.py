@@ -388,7 +388,7 @@ def test_durations_and_the_policy_as_text(monkeypatch: pytest.MonkeyPatch) -> No
     assert Retention(succeeded="45s", failed="never").ages == {"succeeded": timedelta(seconds=45)}
     assert "keeps failed, cancelled runs for good" in Retention(succeeded="1d").describe()
     monkeypatch.setenv("DURABLE_SWARM_RETENTION", "failed=3x")
-    with pytest.raises(DurableSwarmError, match="^DURABLE_SWARM_RETENTION: Retention 'failed'"):
+    with pytest.raises(DurableSwarmError, match=r"^DURABLE_SWARM_RETENTION: Retention 'failed'"):
         Retention.from_env()
     monkeypatch.setenv("DURABLE_SWARM_RETENTION", "failed=3d")
     assert DurableSwarm(database_url="unused.sqlite").retention == Retention(failed="3d")

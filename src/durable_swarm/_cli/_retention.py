@@ -118,41 +118,42 @@ def _confirm(question: str) -> bool:
         return False
 
 
+def _runs(n: int) -> str:
+    return f"{n} finished run{'s' if n != 1 else ''}"
+
+
 def cmd_apply(args: argparse.Namespace, style: Style) -> int:
     """`retention apply`: apply a policy once, now (--dry-run: report what would go); on a
     terminal it asks first unless --yes."""
     url = resolve_database_url(getattr(args, "database_url", None))
+    where = display_url(url)
     with open_swarm(url) as swarm:
         due = swarm.apply_retention(args.policy, dry_run=True)
-        data: dict[str, Any] = {"database": display_url(url)}
         if args.dry_run or not due.runs:
             head = "Would delete" if due.runs else "Nothing is due:"
-            lines = [f"{head} {due.deleted} finished run{'s' if due.deleted != 1 else ''} "
-                     f"past their age in {display_url(url)} (runs in flight are never deleted):"]  # fmt: skip
-            _emit(
-                args,
-                {**data, **due.to_json()},
-                lines + _report_lines(due, style, verbose=args.verbose),
-            )
+            lines = [
+                f"{head} {_runs(due.deleted)} past their age in {where} (runs in flight are "
+                "never deleted):",
+                *_report_lines(due, style, verbose=args.verbose),
+            ]
+            _emit(args, {"database": where, **due.to_json()}, lines)
             return 0
         if not args.yes:
-            what = f"{due.deleted} finished run{'s' if due.deleted != 1 else ''}"
             if not sys.stdin.isatty():
                 raise CliError(
-                    f"retention would delete {what}; not on a terminal, so nothing was "
-                    "deleted. Add --yes to confirm (or --dry-run to see them first).",
+                    f"retention would delete {_runs(due.deleted)}; not on a terminal, so "
+                    "nothing was deleted. Add --yes to confirm (or --dry-run to see them first).",
                     2,
                 )
-            if not _confirm(f"Delete {what} from {display_url(url)}?"):
+            if not _confirm(f"Delete {_runs(due.deleted)} from {where}?"):
                 print("Nothing was deleted.")
                 return 1
         done = swarm.apply_retention(args.policy)
     lines = [
-        f"Deleted {done.deleted} finished run{'s' if done.deleted != 1 else ''} past their age:"
+        f"Deleted {_runs(done.deleted)} past their age from {where}:",
+        *_report_lines(done, style, verbose=args.verbose),
     ]
-    _emit(
-        args, {**data, **done.to_json()}, lines + _report_lines(done, style, verbose=args.verbose)
-    )
+    _emit(args, {"database": where, **done.to_json()}, lines)
     return 0
 
 
