@@ -243,6 +243,19 @@ def test_every_row_of_a_deleted_run_goes(swarm: DurableSwarm) -> None:
     assert _rows(swarm.database_url, ["kept"]) == kept_before  # the waiting run is whole
 
 
+def test_delete_and_prune_take_a_runs_own_rows_too(swarm: DurableSwarm) -> None:
+    for run_id in ("deleted", "pruned"):
+        swarm.start(AGENT, user("pay"), run_id=run_id)
+        _wait(swarm, run_id, "waiting_for_approval")
+        swarm.reject(run_id, swarm.get_run(run_id).waiting_for["tool_call"]["id"], "no")
+        _wait(swarm, run_id, "succeeded")
+        Notices(swarm.database_url).post(run_id, "some-executor", "a notice left behind")
+    assert _rows(swarm.database_url, ["deleted", "pruned"])[DECISIONS_TABLE] == 2
+    assert swarm.delete_run("deleted") == ["deleted"]
+    assert [r.run_id for r in swarm.prune_runs(_later(1))] == ["pruned"]
+    assert set(_rows(swarm.database_url, ["deleted", "pruned"]).values()) == {0}
+
+
 def test_a_run_finishing_during_the_sweep_is_not_deleted_early(swarm: DurableSwarm) -> None:
     for n in range(3):
         swarm.run(AGENT, user(f"ok {n}"), run_id=f"old-{n}")
