@@ -25,6 +25,7 @@ from ._failures import quiet_tracebacks
 from ._log import REPLAY_VERSION, JsonSerializer
 from ._ownership import Ownership, gate_queues, new_executor_id, timing
 from ._sealing import keyring
+from ._sweeper import stop_sweeper
 from ._waits import stop_watchers
 from ._wakeup import Wakeups
 from ._wakeup import install as install_wakeups
@@ -756,6 +757,7 @@ def shutdown() -> None:
         if ownership is not None:
             ownership.stopping()
         stop_watchers()
+        stop_sweeper()  # it reads through this DBOS
         if _owned and _instance() is not None:
             DBOS.destroy(workflow_completion_timeout_sec=0)
         if ownership is not None:

@@ -7,7 +7,7 @@ import logging
 import queue
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from dbos import DBOS, SetWorkflowID
@@ -27,11 +27,13 @@ from ._database import resolve_database_url
 from ._failures import DEFAULT_MODEL_RETRIES
 from ._log import StoredResult, naming_run, spec_of
 from ._ownership import timing
+from ._retention import Retention
 from ._runs import RunInfo, read_run, step_outputs
 from ._sealing import configure as configure_keys
 from ._sealing import require
 from ._spec import DEFAULT_SWARM, RunSpec, check_swarm_name
 from ._swarms import SwarmSettings, registry
+from ._sweeper import start_sweeper
 from ._values import DEFAULT_MAX_RESULT_CHARS, check_input, check_messages
 from ._workflow import EVENTS_STREAM, HOST, WAITING_EVENT, run_workflow
 
@@ -337,6 +339,12 @@ class DurableSwarm(RunCommands):
             instead of `DURABLE_SWARM_ENCRYPTION_KEY`. One keyring per process: the last one
             given wins. Needs `pip install 'durable-swarm[crypto]'`
             (docs/guides/encryption.md).
+        retention: how long finished runs are kept: a `Retention`, a dict like
+            `{"succeeded": "30d", "failed": "90d", "cancelled": "7d"}` or text like
+            `"succeeded=30d,failed=90d"`; default `DURABLE_SWARM_RETENTION`, else none (runs
+            are kept for good). Once DBOS is launched, this process deletes the runs past
+            their age in the background, in small batches, one process of the database at a
+            time; never a run in flight (see `durable_swarm.durable.Retention`).
 
     A swarm serves its name while the program holds it (or until `close()`). Two live swarms of
     one name in a process: the later one serves the runs recovered or dequeued here (a warning
@@ -368,6 +376,7 @@ class DurableSwarm(RunCommands):
         max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
         name: str = DEFAULT_SWARM,
         encryption_key: str | Sequence[str] | None = None,
+        retention: Retention | Mapping[str, Any] | str | None = None,
     ) -> None:
         if encryption_key is not None:
             configure_keys(encryption_key)
@@ -390,6 +399,7 @@ class DurableSwarm(RunCommands):
         self.budget = check_budget(budget)
         self.prices = check_prices(prices)
         self._name = check_swarm_name(name)
+        self.retention = Retention.of(retention) if retention is not None else Retention.from_env()
         registry.add(self)
 
     def __repr__(self) -> str:
@@ -435,6 +445,9 @@ class DurableSwarm(RunCommands):
             heartbeat_interval=self.heartbeat_interval,
             dead_after=self.dead_after,
         )
+        if self.retention is not None:
+            url = _dbos.launched_url() or self.database_url
+            start_sweeper(DBOS, url, self.retention, _dbos.executor_id())
         return self
 
     # --- starting runs -------------------------------------------------------------------

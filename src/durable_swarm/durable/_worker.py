@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 import sqlalchemy as sa
@@ -34,8 +34,10 @@ from ._client import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, DEFAULT_SHUTDOWN_GRACE
 from ._database import describe_fault, display_url, resolve_database_url
 from ._imports import is_model_client, load_target
 from ._ownership import new_executor_id, on_taken_policy, timing
+from ._retention import Retention
 from ._sealing import configure as configure_keys
 from ._swarm import DurableSwarm
+from ._sweeper import start_sweeper
 from ._workflow import HOST
 
 __all__ = ["Worker", "run_worker"]
@@ -58,6 +60,7 @@ class Worker:
         out: TextIO | None = None,
         on_executor_id_taken: str | None = None,
         encryption_key: str | Sequence[str] | None = None,
+        retention: Retention | Mapping[str, Any] | str | None = None,
     ) -> None:
         if encryption_key is not None:
             configure_keys(encryption_key)
@@ -75,6 +78,7 @@ class Worker:
         self.heartbeat_interval, self.dead_after = timing(heartbeat_interval, dead_after)
         self.poll_interval = poll_interval
         self.on_executor_id_taken = on_taken_policy(on_executor_id_taken)
+        self.retention = Retention.of(retention)
         self._database_url = database_url
         self._executor_id = executor_id
         self.database_url = ""
@@ -91,13 +95,15 @@ class Worker:
         print(f"durable-swarm worker: {text}", file=self._out, flush=True)
 
     def _print_run_events(self) -> None:
-        """One line per run event (`durable_swarm.runs`) on this worker's output."""
+        """One line per run event (`durable_swarm.runs`) and per retention batch
+        (`durable_swarm.retention`) on this worker's output."""
         handler = logging.StreamHandler(self._out)
         handler.setFormatter(logging.Formatter("durable-swarm worker: %(message)s"))
-        runs = logging.getLogger("durable_swarm.runs")
-        runs.addHandler(handler)
-        runs.setLevel(logging.INFO)
-        runs.propagate = False
+        for name in ("durable_swarm.runs", "durable_swarm.retention"):
+            events = logging.getLogger(name)
+            events.addHandler(handler)
+            events.setLevel(logging.INFO)
+            events.propagate = False
 
     def start(self) -> Worker:
         """Import the target, launch DBOS on the queue and start the heartbeat; returns self."""
@@ -120,9 +126,11 @@ class Worker:
             url = url or obj.database_url
             self._executor_id = self._executor_id or obj.executor_id
             listener_poll = obj.poll_interval
+            self.retention = self.retention or obj.retention
         elif is_model_client(obj):
             HOST.default_client = obj
         self.database_url = resolve_database_url(url)
+        self.retention = self.retention or Retention.from_env()
         self.executor_id = self._executor_id or new_executor_id("worker")
         _dbos.ensure_launched(
             self.database_url,
@@ -151,6 +159,9 @@ class Worker:
             f"{self.poll_interval:g} s when idle, heartbeat every "
             f"{self.heartbeat_interval:g} s (dead after {self.dead_after:g} s); agents: {agents}"
         )
+        if self.retention is not None:
+            self._say(f"retention: {self.retention.describe()}")
+            start_sweeper(DBOS, self.database_url, self.retention, self.executor_id)
         return self
 
     def _register_queue(self) -> None:
@@ -298,6 +309,7 @@ def run_worker(
     shutdown_grace: float | None = DEFAULT_SHUTDOWN_GRACE,
     on_executor_id_taken: str | None = None,
     encryption_key: str | Sequence[str] | None = None,
+    retention: Retention | Mapping[str, Any] | str | None = None,
 ) -> None:
     """Serve durable runs from `queue` until SIGTERM or SIGINT (`durable-swarm worker`).
 
@@ -347,6 +359,9 @@ def run_worker(
             may run. Set it above your longest tool. A program that goes on after this
             function returns is not ended. Only when serving from the main thread; None
             waits for good.
+        retention: the policy this worker applies in the background (see `Retention`): a
+            `Retention`, a dict, or text like "succeeded=30d,failed=90d,cancelled=7d"; default
+            the `DurableSwarm`'s, else `DURABLE_SWARM_RETENTION`, else none.
 
     Raises `DurableSwarmError` for a bad target or setting, and `DatabaseUnavailableError` when
     the database cannot be opened. A worker taken for dead (paused or cut off for longer than
@@ -370,6 +385,7 @@ def run_worker(
         out=out,
         on_executor_id_taken=on_executor_id_taken,
         encryption_key=encryption_key,
+        retention=retention,
     )
     in_main = threading.current_thread() is threading.main_thread()
     worker._exit_grace = shutdown_grace if in_main else None  # the process is the worker's
