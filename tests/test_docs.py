@@ -52,6 +52,7 @@ def test_every_public_module_has_a_reference_page():
               "durable_swarm.testing", "durable_swarm.toolkit", "durable_swarm.types",
               "durable_swarm.util", "durable_swarm.repl", "durable_swarm.ag2",
               "durable_swarm.usage", "durable_swarm.tracing", "durable_swarm.web",
+              "durable_swarm.guardrails", "durable_swarm.output",
               "durable_swarm.limits"}  # fmt: skip
     assert public - documented == set()
 

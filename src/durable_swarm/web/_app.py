@@ -31,6 +31,7 @@ from starlette.responses import StreamingResponse
 from .._terminal import clean
 from ..durable._client import DurableClient
 from ..durable._listing import RunFilter
+from ..durable._retention import Retention
 from ..durable._runs import STATUSES
 from ..errors import DurableSwarmError, RunNotFoundError
 from ._feeds import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_CLIENT, RunFeeds, StreamLimit
@@ -413,13 +414,23 @@ def create_app(
             "total": len(found) if total is None else total,
         }
 
+    @app.get("/api/retention", tags=["retention"])
+    def retention() -> dict[str, Any]:
+        """Retention on the run database: the policies in force, the processes applying them
+        (when each last swept, how many runs that deleted) and the runs deleted so far by
+        status."""
+        return client.retention_status().to_json()
+
     @app.get("/metrics", tags=["metrics"], response_class=Response)
     def metrics() -> Response:
-        """Prometheus text format: runs by status, steps, model calls, tokens, latency, and
-        the console's live streams (open, runs watched, polls), and the model limits shared
-        by the fleet (calls waiting and in flight, requests and tokens of the last minute)."""
+        """Prometheus text format: runs by status, steps, model calls, tokens, latency, runs
+        deleted by retention, the model limits shared by the fleet (calls waiting and in
+        flight, requests and tokens of the last minute), and the console's live streams
+        (open, runs watched, polls)."""
         runs = client.runs
-        text = metrics_text(runs.query, feeds, runs.limits.snapshot)
+        text = metrics_text(
+            runs.query, feeds, client.retention_status(), limits=runs.limits.snapshot
+        )
         return Response(text, media_type="text/plain; version=0.0.4")
 
     # --- acting ------------------------------------------------------------------------------
@@ -495,6 +506,12 @@ def create_app(
     @app.get("/approvals", response_class=HTMLResponse, include_in_schema=False)
     def approvals_page(request: Request) -> HTMLResponse:
         return page(request, "approvals.html", title="Approvals")
+
+    @app.get("/retention", response_class=HTMLResponse, include_in_schema=False)
+    def retention_page(request: Request) -> HTMLResponse:
+        status = client.retention_status()
+        policies = [Retention.of(p) for p in status.policies]
+        return page(request, "retention.html", title="Retention", status=status, policies=policies)
 
     @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
     def login_page(request: Request, next: str = "/") -> HTMLResponse:
