@@ -32,6 +32,8 @@ if _typing.TYPE_CHECKING:
         RunCancelledError,
         RunError,
         RunNotFoundError,
+        SessionBusyError,
+        SessionNotFoundError,
         ToolResultNotSerializableError,
         ToolUnavailableError,
     )
@@ -45,6 +47,7 @@ if _typing.TYPE_CHECKING:
     )
     from .human import AskUser, ask_user
     from .planning import TodoItem, create_durable_agent
+    from .sessions import SessionInfo
     from .swarm import Swarm
     from .toolkit import FileTools, MCPTools, ShellTool, Skill, skill, tool
     from .types import Agent, Response, Result
@@ -82,6 +85,9 @@ __all__ = [
     "RunHandle",
     "RunInfo",
     "RunNotFoundError",
+    "SessionBusyError",
+    "SessionInfo",
+    "SessionNotFoundError",
     "ShellTool",
     "Skill",
     "Swarm",
@@ -116,6 +122,8 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "RunCancelledError",
         "RunError",
         "RunNotFoundError",
+        "SessionBusyError",
+        "SessionNotFoundError",
         "ToolResultNotSerializableError",
         "ToolUnavailableError",
     ),
@@ -129,6 +137,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     ),
     ".human": ("AskUser", "ask_user"),
     ".planning": ("TodoItem", "create_durable_agent"),
+    ".sessions": ("SessionInfo",),
     ".swarm": ("Swarm",),
     ".toolkit": ("FileTools", "MCPTools", "ShellTool", "Skill", "skill", "tool"),
     ".types": ("Agent", "Response", "Result"),

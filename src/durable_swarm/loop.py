@@ -7,7 +7,9 @@ driver, which performs it through a runtime and sends the result back:
 - `ToolInvocation`: one tool call;
 - `WaitForInput`: an answer from the person, or their decision on a tool call;
 - `Transition`: a record of a handoff (which rule fired, from which agent to which, and why);
-- `ListTools`: the tool list of a `ToolSource` (an MCP server), asked once per run and kept.
+- `ListTools`: the tool list of a `ToolSource` (an MCP server), asked once per run and kept;
+- `Summarize`: a summary of the older messages, when the run would pass its `compact_at`
+  budget (see `durable_swarm.compaction`).
 
 The loop performs no effect itself and draws no randomness; what it decides depends only on the
 run's input and the results sent back (the one clock it reads is the timestamp of Swarm's debug
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _registry
 from ._response import Response
+from .compaction import Summarize, Window
 from .errors import DurableSwarmError
 from .handoffs import (
     AfterWork,
@@ -122,7 +125,7 @@ class ListTools:
     source: ToolSource
 
 
-Effect = ModelCall | ToolInvocation | WaitForInput | Transition | ListTools
+Effect = ModelCall | ToolInvocation | WaitForInput | Transition | ListTools | Summarize
 Loop = Generator[Effect, Any, Response]
 
 
@@ -135,8 +138,10 @@ class RunRequest:
     The first eight fields are Swarm's `run` arguments, in Swarm's order; `after_work` and
     `agents` are the swarm-level handoff options (see `turn_loop`); `run_id` names a durable run
     (None: a new one) and `budget` limits it (None: the swarm's default); an in-memory `Swarm`
-    refuses both. `messages` and `context_variables` are the caller's objects: whoever stores or
-    changes them copies them.
+    refuses both. `session` names the conversation the run continues (its facade puts the
+    session's messages before `messages`), `compact_at` its token budget (see
+    `durable_swarm.compaction`). `messages` and `context_variables` are the caller's objects:
+    whoever stores or changes them copies them.
     """
 
     agent: Any
@@ -151,6 +156,8 @@ class RunRequest:
     agents: Sequence[Any] = ()
     run_id: str | None = None
     budget: Budget | None = None
+    session: str | None = None
+    compact_at: int | str | None = None
 
 
 @dataclass
@@ -391,10 +398,12 @@ def turn_loop(run: RunRequest) -> Loop:
         known_agents(run.agent, run.agents, run.after_work),
     )
     init_len = len(state.history)
+    window = Window(run.compact_at)  # what the model sees of the history (all, if no budget)
     while len(state.history) - init_len < max_turns and state.agent:
         yield from _context_handoffs(state)
         yield from _list_tools(state)
         request = build_request(state, run.model_override, run.stream)
+        request = yield from window.fit(state.agent, state.history, request)
         debug_print(debug, "Getting chat completion for...:", request["messages"])
         message: dict[str, Any] = yield ModelCall(state.agent, request, debug)
         del request  # not kept alive while the run waits for a person below

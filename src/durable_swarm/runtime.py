@@ -1,8 +1,9 @@
 """Runtimes perform the loop's effects; drivers feed their results back into the loop.
 
 A runtime has one narrow interface, one method per effect: `call_model`, `call_tool`,
-`wait_for_input`, `record` and `list_tools` for `drive`, and their async twins `acall_model`,
-`acall_tool`, `await_input`, `arecord` and `alist_tools` for `adrive` (the protocols `Runtime`
+`wait_for_input`, `record`, `list_tools` and `summarize` for `drive`, and their async twins
+`acall_model`, `acall_tool`, `await_input`, `arecord`, `alist_tools` and `asummarize` for
+`adrive` (the protocols `Runtime`
 and `AsyncRuntime`; `perform` and `aperform` dispatch an effect to its method);
 the streaming drivers read model calls from `chunks` / `achunks` instead. `InMemoryRuntime` is
 what `Swarm` uses and has them all; the durable runtime (`durable_swarm.durable`) has the async
@@ -19,6 +20,7 @@ from typing import Any, Protocol
 
 from . import model, tracing
 from ._response import Response
+from .compaction import Summarize
 from .human import Decision
 from .loop import (
     Effect,
@@ -68,6 +70,8 @@ class InMemoryRuntime:
         self.transitions: list[dict[str, Any]] = []
         self.tally = Tally()
         self.trace: tracing.Run | None = None  # the run's span, when tracing is on
+        self.compactor: Callable[[list[dict[str, Any]]], str] | None = None
+        self.compaction: tuple[int, str] | None = None  # the latest: (cut, summary)
 
     def count(self, effect: ModelCall, reported: dict[str, Any] | None) -> float | None:
         """Count a model call's reported usage (and its price) against this run; returns the
@@ -113,6 +117,26 @@ class InMemoryRuntime:
     async def alist_tools(self, effect: ListTools) -> list[dict[str, Any]]:
         """`list_tools` for async code."""
         return await effect.source.alist_tools()
+
+    def summarize(self, effect: Summarize) -> str:
+        """A summary of the older messages: the `compactor` function's, else the model's."""
+        if self.compactor is not None:
+            summary = str(self.compactor(effect.messages))
+        else:
+            call = ModelCall(effect.agent, effect.request)
+            summary = str(self.call_model(call).get("content") or "")
+        self.compaction = (effect.upto, summary)
+        return summary
+
+    async def asummarize(self, effect: Summarize) -> str:
+        """`summarize` for async code."""
+        if self.compactor is not None:
+            summary = str(await asyncio.to_thread(self.compactor, effect.messages))
+        else:
+            call = ModelCall(effect.agent, effect.request)
+            summary = str((await self.acall_model(call)).get("content") or "")
+        self.compaction = (effect.upto, summary)
+        return summary
 
     def call_model(self, effect: ModelCall) -> dict[str, Any]:
         """One model call; returns the assistant message dict."""
@@ -202,6 +226,7 @@ class Runtime(Protocol):
     def wait_for_input(self, effect: WaitForInput) -> Any: ...
     def record(self, effect: Transition) -> None: ...
     def list_tools(self, effect: ListTools) -> list[dict[str, Any]]: ...
+    def summarize(self, effect: Summarize) -> str: ...
 
 
 class AsyncRuntime(Protocol):
@@ -212,6 +237,7 @@ class AsyncRuntime(Protocol):
     async def await_input(self, effect: WaitForInput) -> Any: ...
     async def arecord(self, effect: Transition) -> None: ...
     async def alist_tools(self, effect: ListTools) -> list[dict[str, Any]]: ...
+    async def asummarize(self, effect: Summarize) -> str: ...
 
 
 def perform(runtime: Runtime, effect: Effect) -> Any:
@@ -224,6 +250,8 @@ def perform(runtime: Runtime, effect: Effect) -> Any:
         return runtime.wait_for_input(effect)
     if isinstance(effect, Transition):
         return runtime.record(effect)
+    if isinstance(effect, Summarize):
+        return runtime.summarize(effect)
     return runtime.list_tools(effect)
 
 
@@ -237,6 +265,8 @@ async def aperform(runtime: AsyncRuntime, effect: Effect) -> Any:
         return await runtime.await_input(effect)
     if isinstance(effect, Transition):
         return await runtime.arecord(effect)
+    if isinstance(effect, Summarize):
+        return await runtime.asummarize(effect)
     return await runtime.alist_tools(effect)
 
 

@@ -178,7 +178,7 @@ def tally_steps(steps: list[StepRecord]) -> Tally:
     tally = Tally()
     for step in steps:
         out = step.output if isinstance(step.output, dict) else {}
-        if step.kind == "model" and "message" in out:
+        if step.kind in ("model", "compact") and "message" in out:
             tally.add(step.name, call_usage(out))
         elif step.kind == "join" and "usage" in out:
             tally.merge(Tally.from_json(out["usage"]))

@@ -16,6 +16,11 @@ Versions of the spec (its `schema_version`; this library reads every one of them
    (a thin client's run: no `model_retries`, `prices`, `max_result_chars` or `budget`) is not
    written, and is taken from that swarm when the run executes.
 
+3. The same keys plus, when set, `session` (the session the run continues: its messages come
+   first in `messages`, and the run adds its own to it when it succeeds) and `compact_at` (its
+   token budget, see `durable_swarm.compaction`). A run that sets neither is written as
+   version 2, so releases before sessions still run it.
+
 The keys keep their names and places from version to version: the CLI, the console and SQL
 queries (`_listing`) read `agent`, `messages`, `context_variables` and `parent` from any run.
 """
@@ -46,7 +51,7 @@ __all__ = [
 ]
 
 # The version of the spec this library writes (see the module docstring).
-SPEC_VERSION = 2
+SPEC_VERSION = 3
 # The swarm a run belongs to when its starter names none (and every run of version 1).
 DEFAULT_SWARM = "default"
 
@@ -136,6 +141,8 @@ class RunSpec:
     traceparent: str | None = None
     parent: str | None = None
     tool_call_id: str | None = None
+    session: str | None = None
+    compact_at: int | str | None = None
     schema_version: int = SPEC_VERSION
 
     @classmethod
@@ -149,10 +156,12 @@ class RunSpec:
         budget: Budget | None,
         prices: Mapping[str, Mapping[str, float]],
         max_result_chars: int,
+        compact_at: int | str | None = None,
     ) -> RunSpec:
         """The spec of `run` started on the swarm named `swarm`, whose options are given (a
         `DurableSwarm`'s): they are stored, so the run keeps them wherever it resumes. The
-        run's messages and context are copied, as they are when the run starts."""
+        run's messages and context are copied, as they are when the run starts (a session's
+        starter puts the session's messages first)."""
         return cls(
             agent=agent_ref(run.agent),
             messages=copy.deepcopy(run.messages),
@@ -169,6 +178,8 @@ class RunSpec:
             model_retries=model_retries,
             prices=copy.deepcopy(dict(prices)),
             max_result_chars=max_result_chars,
+            session=run.session,
+            compact_at=run.compact_at if run.compact_at is not None else compact_at,
         )
 
     @classmethod
@@ -186,6 +197,8 @@ class RunSpec:
         execute_tools: bool = True,
         budget: Budget | None = None,
         traceparent: str | None = None,
+        session: str | None = None,
+        compact_at: int | str | None = None,
     ) -> RunSpec:
         """The spec of a run a thin client starts by agent name: the options it does not give
         are the swarm's, read where the run executes."""
@@ -201,6 +214,8 @@ class RunSpec:
             execute_tools=execute_tools,
             budget=budget,
             traceparent=traceparent,
+            session=session,
+            compact_at=compact_at,
         )
 
     def sub_agent(
@@ -239,8 +254,9 @@ class RunSpec:
     def to_json(self) -> dict[str, Any]:
         """The spec as stored (the workflow's input). Options left to the swarm are not written,
         so that a release that does not know `swarm` reads them as its own defaults."""
+        newer = self.session is not None or self.compact_at is not None
         data: dict[str, Any] = {
-            "schema_version": self.schema_version,
+            "schema_version": SPEC_VERSION if newer else min(self.schema_version, 2),
             "swarm": self.swarm,
             "agent": dict(self.agent),
             "messages": self.messages,
@@ -261,6 +277,8 @@ class RunSpec:
             "traceparent": self.traceparent,
             "parent": self.parent,
             "tool_call_id": self.tool_call_id,
+            "session": self.session,
+            "compact_at": self.compact_at,
         }
         data.update({key: value for key, value in optional.items() if value is not None})
         return data
@@ -320,5 +338,7 @@ class RunSpec:
             traceparent=data.get("traceparent"),
             parent=data.get("parent"),
             tool_call_id=data.get("tool_call_id"),
+            session=data.get("session"),
+            compact_at=data.get("compact_at"),
             schema_version=version,
         )

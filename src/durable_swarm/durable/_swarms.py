@@ -49,6 +49,7 @@ class SwarmSettings:
     budget: Budget | None = None
     prices: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
+    compactor: Any = None  # summarizes for compaction (None: a model call)
 
     def differs_from(self, other: SwarmSettings) -> bool:
         """Whether runs would behave differently under `other` (a client counts as the same

@@ -1,0 +1,205 @@
+"""Sessions of `DurableSwarm` and `DurableClient`, stored in the run database: a conversation
+carried over runs (the fake server, over real HTTP, sees the earlier messages), one run of a
+session at a time (never interleaved), and reading, clearing and deleting sessions. On SQLite
+and PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+from durable_swarm import DurableClient, SessionBusyError, SessionNotFoundError
+from durable_swarm.durable._sessions import SessionStore, decode_payload, encode_payload
+from durable_swarm.testing import FakeOpenAIServer
+
+from ._model import SessionModel, clerk
+
+
+def user(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAIServer(SessionModel()) as fake:
+        yield fake
+
+
+@pytest.fixture
+def session() -> str:
+    return f"customer-{uuid.uuid4().hex[:8]}"
+
+
+def test_a_session_carries_the_conversation_over_three_runs(durable_swarm_factory, server, session):
+    swarm = durable_swarm_factory(server.client())
+    first = swarm.run(clerk, user("hello"), session=session)
+    second = swarm.run(clerk, user("my name is Ada"), session=session)
+    third = swarm.run(clerk, user("what is my name?"), session=session)
+
+    # the model saw every earlier message (system + 1, + 3, + 5)
+    assert [r.messages[-1]["content"] for r in (first, second, third)] == [
+        "seen 2: hello",
+        "seen 4: my name is Ada",
+        "seen 6: what is my name?",
+    ]
+    last = server.requests[-1]["messages"]
+    assert [m["content"] for m in last[1:]] == [
+        "hello", "seen 2: hello", "my name is Ada", "seen 4: my name is Ada", "what is my name?",
+    ]  # fmt: skip
+    # each Response holds only its run's new messages, as Swarm's does
+    assert [m["role"] for m in third.messages] == ["assistant"]
+    info = swarm.get_session(session)
+    assert info.runs == 3 and info.held_by is None and not info.compacted
+    contents = [m["content"] for m in info.messages]
+    assert contents[-2:] == ["what is my name?", "seen 6: what is my name?"]
+    assert len(info.messages) == 6
+    assert session in [s.name for s in swarm.list_sessions()]
+
+
+def test_a_run_without_a_session_is_unchanged(durable_swarm_factory, server, run_id):
+    swarm = durable_swarm_factory(server.client())
+    response = swarm.run(clerk, user("hello"), run_id=run_id)
+    assert response.messages[-1]["content"] == "seen 2: hello"
+    spec = swarm.get_run(run_id)
+    assert spec.input_messages == 1
+    assert not any(s.kind == "session" for s in spec.steps)
+
+
+def test_the_session_run_logs_its_earlier_messages_and_a_session_step(
+    durable_swarm_factory, server, session
+):
+    swarm = durable_swarm_factory(server.client())
+    swarm.run(clerk, user("look up tea please"), session=session)
+    handle = swarm.start(clerk, user("thanks"), session=session)
+    handle.result()
+    info = swarm.get_run(handle.run_id)
+    assert info.input_messages == 5  # user, tool call, tool result, answer, then "thanks"
+    assert [m["role"] for m in info.messages] == [
+        "user", "assistant", "tool", "assistant", "user", "assistant",
+    ]  # fmt: skip
+    step = info.steps[-1]
+    assert (step.kind, step.name) == ("session", session)
+    assert step.output == {"session": session, "messages": 6, "added": True}
+    assert swarm.get_session(session).last_run == handle.run_id
+
+
+def test_a_second_run_of_a_busy_session_is_refused_naming_the_run_that_holds_it(
+    durable_swarm_factory, session
+):
+    model = SessionModel()
+    model.hold("slow question", seconds=3.0)
+    with FakeOpenAIServer(model) as server:
+        swarm = durable_swarm_factory(server.client())
+        first = swarm.start(clerk, user("slow question"), session=session)
+        with pytest.raises(SessionBusyError) as refused:
+            swarm.run(clerk, user("me too"), session=session)
+        error = refused.value
+        assert error.session == session and error.run_id == first.run_id
+        assert first.run_id in str(error) and "Nothing was started" in str(error)
+        assert swarm.get_session(session).held_by == first.run_id
+        with pytest.raises(SessionBusyError):
+            swarm.clear_session(session)
+        with pytest.raises(SessionBusyError):
+            swarm.delete_session(session)
+        first.result()
+        # free again: the next run starts after the first one's messages
+        assert swarm.run(clerk, user("me too"), session=session).messages[-1]["content"] == (
+            "seen 4: me too"
+        )
+        assert "me too" not in str(server.requests[0])
+
+
+def test_concurrent_runs_of_one_session_never_interleave(durable_swarm_factory, server, session):
+    swarm = durable_swarm_factory(server.client())
+    refusals: list[SessionBusyError] = []
+    errors: list[BaseException] = []
+
+    def chat(who: int) -> None:
+        for turn in range(3):
+            while True:
+                try:
+                    swarm.run(clerk, user(f"user {who} turn {turn}"), session=session)
+                    break
+                except SessionBusyError as e:
+                    refusals.append(e)
+                except BaseException as e:
+                    errors.append(e)
+                    return
+
+    threads = [threading.Thread(target=chat, args=(who,)) for who in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    messages = swarm.get_session(session).messages
+    assert len(messages) == 18
+    # every run's answer follows its own line, and saw exactly the messages before it
+    for position in range(0, 18, 2):
+        line, answer = messages[position], messages[position + 1]
+        assert answer["content"] == f"seen {position + 2}: {line['content']}"
+    lines = sorted(m["content"] for m in messages[::2])
+    assert lines == sorted(f"user {w} turn {t}" for w in range(3) for t in range(3))
+    assert swarm.get_session(session).runs == 9
+
+
+def test_list_read_clear_and_delete_sessions(durable_swarm_factory, server, session):
+    swarm = durable_swarm_factory(server.client())
+    swarm.run(clerk, user("hello"), session=session)
+    assert len(swarm.get_session(session).messages) == 2
+    swarm.clear_session(session)
+    cleared = swarm.get_session(session)
+    assert cleared.messages == [] and cleared.runs == 1
+    assert swarm.run(clerk, user("again"), session=session).messages[-1]["content"] == (
+        "seen 2: again"
+    )
+    swarm.delete_session(session)
+    assert session not in [s.name for s in swarm.list_sessions()]
+    with pytest.raises(SessionNotFoundError) as missing:
+        swarm.get_session(session)
+    assert session in str(missing.value)
+    with pytest.raises(SessionNotFoundError):
+        swarm.delete_session(session)
+    with pytest.raises(SessionNotFoundError):
+        swarm.clear_session(session)
+
+
+def test_a_thin_client_reads_and_changes_the_same_sessions(
+    durable_swarm_factory, server, session, database_url
+):
+    swarm = durable_swarm_factory(server.client())
+    swarm.run(clerk, user("hello"), session=session)
+    with DurableClient(database_url) as client:
+        assert [m["content"] for m in client.get_session(session).messages] == [
+            "hello", "seen 2: hello",
+        ]  # fmt: skip
+        assert session in [s.name for s in client.list_sessions()]
+        client.clear_session(session)
+        assert swarm.get_session(session).messages == []
+        client.delete_session(session)
+    with pytest.raises(SessionNotFoundError):
+        swarm.get_session(session)
+
+
+def test_the_append_is_done_once_per_run(durable_swarm_factory, session, database_url):
+    durable_swarm_factory()
+    from durable_swarm.durable import _dbos
+
+    store = SessionStore(_dbos.launched_url() or database_url, _dbos.run_status)
+    assert store.claim(session, "run-a") == []
+    with pytest.raises(SessionBusyError):
+        # a claim by a run that does not exist (yet) holds for the start grace period
+        store.claim(session, "run-b")
+    assert store.finish(session, "run-a", user("one")) is True
+    # the same run's append again (a step re-executed after a crash): nothing changes
+    assert store.finish(session, "run-a", user("one") + user("two")) is False
+    info = store.get(session)
+    assert info.messages == user("one") and info.runs == 1 and info.held_by is None
+
+
+def test_the_stored_payload_is_json_with_a_schema_version():
+    stored = encode_payload(user("hé"))
+    assert '"schema_version": 1' in stored
+    assert decode_payload(stored) == user("hé")
