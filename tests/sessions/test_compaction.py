@@ -32,8 +32,9 @@ def user(text: str) -> dict[str, str]:
 
 def earlier_turns() -> list[dict[str, Any]]:
     """A conversation with a tool call in it, about 700 tokens as estimated."""
-    call = {"id": "call_1", "type": "function",
-            "function": {"name": "lookup", "arguments": '{"item": "jam"}'}}  # fmt: skip
+    function = {"name": "lookup", "arguments": '{"item": "jam"}'}
+    call = {"id": "call_1", "type": "function", "function": function}
+    result = "jam is in stock " + "." * 600
     return [
         user("hello, I would like to order some things " + "x" * 300),
         {"role": "assistant", "content": "Sure, what would you like? " + "y" * 300},
@@ -101,7 +102,7 @@ def test_without_a_budget_the_request_is_unchanged():
 
 @pytest.mark.parametrize("budget", range(40, 900, 7))
 def test_the_cut_never_splits_a_tool_call_from_its_results(budget):
-    history = earlier_turns() + [user("and now? " + "w" * 100)]
+    history = [*earlier_turns(), user("and now? " + "w" * 100)]
     request, effects = drive_fit(Window(budget), history)
     for effect in effects:
         assert isinstance(effect, Summarize)
