@@ -40,12 +40,7 @@ def earlier_turns() -> list[dict[str, Any]]:
         {"role": "assistant", "content": "Sure, what would you like? " + "y" * 300},
         user("look up jam"),
         {"role": "assistant", "content": None, "tool_calls": [call]},
-        {
-            "role": "tool",
-            "tool_call_id": "call_1",
-            "tool_name": "lookup",
-            "content": "jam is in stock " + "." * 600,
-        },  # fmt: skip
+        {"role": "tool", "tool_call_id": "call_1", "tool_name": "lookup", "content": result},
         {"role": "assistant", "content": "We have jam. " + "z" * 300},
     ]
 
