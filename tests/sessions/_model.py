@@ -34,15 +34,20 @@ class SessionModel:
     """The script: a user line "look up X ..." gets a `lookup` call first, then an answer;
     any other line gets "seen N: <line>" (N: how many messages the model saw, system and
     summary included). `hold(line)` makes the first request answering `line` wait (the test
-    kills its caller meanwhile)."""
+    kills its caller meanwhile); `after="tool"`: the request after its tool result.
+    `arrivals["<line>|<role of the last message>"]` counts the requests."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.held: dict[str, float] = {}
         self.arrivals: dict[str, int] = {}
 
-    def hold(self, line: str, seconds: float = 300.0) -> None:
-        self.held[line] = seconds
+    def hold(self, line: str, seconds: float = 300.0, *, after: str = "user") -> None:
+        self.held[f"{line}|{after}"] = seconds
+
+    def arrived(self, line: str, after: str = "user") -> int:
+        with self._lock:
+            return self.arrivals.get(f"{line}|{after}", 0)
 
     def __call__(self, messages: list[dict[str, Any]], tools: Any) -> Reply | Fault:
         if is_summary_request(messages):
@@ -55,6 +60,6 @@ class SessionModel:
         key = f"{line}|{messages[-1]['role']}"
         with self._lock:
             self.arrivals[key] = first = self.arrivals.get(key, 0) + 1
-        if first == 1 and line in self.held and messages[-1]["role"] == "user":
-            return Fault.delay(self.held[line], answer)
+        if first == 1 and key in self.held:
+            return Fault.delay(self.held[key], answer)
         return answer
