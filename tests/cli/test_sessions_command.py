@@ -10,7 +10,7 @@ import pytest
 
 from ._helpers import cli_batch, run_script
 
-APP = Path(__file__).resolve().parent / "_sessions_app.py"
+APP = Path(__file__).resolve().parents[1] / "sessions" / "_app.py"
 
 
 @pytest.fixture(scope="module")
