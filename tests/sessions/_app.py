@@ -1,4 +1,4 @@
-"""Makes the sessions the `sessions` command tests read (`python _app.py DB_URL`; the CLI and console tests run it):
+"""Makes the sessions the CLI's and the console's tests read (`python _app.py DB_URL`):
 session "support" from three runs (`support-1` .. `support-3`) against a fake server, the
 third compacting its conversation; prints a JSON line when done."""
 
