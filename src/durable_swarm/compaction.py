@@ -107,9 +107,9 @@ def check_compact_at(compact_at: Any) -> int | str | None:
     )
 
 
-def summary_message(summary: str, count: int) -> dict[str, Any]:
-    """The message the model sees in place of the `count` messages a summary replaces."""
-    return {"role": "user", "content": f"[{SUMMARY_PREFIX} ({count} messages)]\n{summary}"}
+def summary_message(summary: str) -> dict[str, Any]:
+    """The message the model sees in place of the messages a summary replaces."""
+    return {"role": "user", "content": f"[{SUMMARY_PREFIX}]\n{summary}"}
 
 
 @dataclass
@@ -177,7 +177,7 @@ class Window:
         """The messages the model sees of `history`."""
         if self.summary is None:
             return list(history)
-        return [summary_message(self.summary, self.cut), *history[self.cut :]]
+        return [summary_message(self.summary), *history[self.cut :]]
 
     def fit(
         self, agent: Any, history: list[dict[str, Any]], request: dict[str, Any]
@@ -211,4 +211,4 @@ def session_messages(
     if compaction is None:
         return list(history)
     cut, summary = compaction
-    return [summary_message(summary, cut), *history[cut:]]
+    return [summary_message(summary), *history[cut:]]

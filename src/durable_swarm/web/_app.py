@@ -532,9 +532,7 @@ def create_app(
     @app.get("/sessions/{name:path}", response_class=HTMLResponse, include_in_schema=False)
     def session_page(request: Request, name: str) -> HTMLResponse:
         client.get_session(name)  # 404 for an unknown session
-        return page(
-            request, "session.html", title=f"Session {clean(name)}", session_name=name
-        )
+        return page(request, "session.html", title=f"Session {clean(name)}", session_name=name)
 
     @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
     def login_page(request: Request, next: str = "/") -> HTMLResponse:
