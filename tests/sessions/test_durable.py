@@ -203,3 +203,23 @@ def test_the_stored_payload_is_json_with_a_schema_version():
     stored = encode_payload(user("hé"))
     assert '"schema_version": 1' in stored
     assert decode_payload(stored) == user("hé")
+
+
+def test_a_session_run_is_stored_as_spec_version_3_and_round_trips():
+    from durable_swarm.durable._spec import SPEC_VERSION, RunSpec
+    from durable_swarm.loop import RunRequest
+
+    run = RunRequest(clerk, user("hi"), session="s", compact_at=500)
+    spec = RunSpec.of_request(
+        run, swarm="default", model=None, model_retries=0, budget=None, prices={},
+        max_result_chars=10,
+    )  # fmt: skip
+    stored = spec.to_json()
+    assert stored["schema_version"] == SPEC_VERSION == 3
+    assert (stored["session"], stored["compact_at"]) == ("s", 500)
+    assert RunSpec.from_json(stored) == spec
+    plain = RunSpec.of_request(
+        RunRequest(clerk, user("hi")), swarm="default", model=None, model_retries=0,
+        budget=None, prices={}, max_result_chars=10,
+    ).to_json()  # fmt: skip
+    assert plain["schema_version"] == 2 and "session" not in plain and "compact_at" not in plain

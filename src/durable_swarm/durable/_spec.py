@@ -48,9 +48,11 @@ __all__ = [
     "check_swarm_name",
     "encode_max_turns",
     "encode_target",
+    "spec_version",
 ]
 
-# The version of the spec this library writes (see the module docstring).
+# The latest version of the spec this library writes and reads (see the module docstring);
+# a run without a session or a token budget is written as version 2 (`spec_version`).
 SPEC_VERSION = 3
 # The swarm a run belongs to when its starter names none (and every run of version 1).
 DEFAULT_SWARM = "default"
@@ -103,6 +105,12 @@ def encode_max_turns(max_turns: float) -> int | None:
     return None if math.isinf(max_turns) else math.ceil(max_turns)
 
 
+def spec_version(session: str | None, compact_at: int | str | None) -> int:
+    """The version a run's spec is written as: 3 with a session or a token budget (a release
+    before them would run it without), else 2, which every release since swarms reads."""
+    return SPEC_VERSION if session is not None or compact_at is not None else 2
+
+
 def _unreadable(what: str, value: Any) -> DurableSwarmError:
     return DurableSwarmError(
         f"This run's input (its spec) is not one durable-swarm wrote: {what} is {value!r}. "
@@ -143,7 +151,7 @@ class RunSpec:
     tool_call_id: str | None = None
     session: str | None = None
     compact_at: int | str | None = None
-    schema_version: int = SPEC_VERSION
+    schema_version: int = 2  # `spec_version(session, compact_at)`
 
     @classmethod
     def of_request(
@@ -162,6 +170,7 @@ class RunSpec:
         `DurableSwarm`'s): they are stored, so the run keeps them wherever it resumes. The
         run's messages and context are copied, as they are when the run starts (a session's
         starter puts the session's messages first)."""
+        budget_of_tokens = run.compact_at if run.compact_at is not None else compact_at
         return cls(
             agent=agent_ref(run.agent),
             messages=copy.deepcopy(run.messages),
@@ -179,7 +188,8 @@ class RunSpec:
             prices=copy.deepcopy(dict(prices)),
             max_result_chars=max_result_chars,
             session=run.session,
-            compact_at=run.compact_at if run.compact_at is not None else compact_at,
+            compact_at=budget_of_tokens,
+            schema_version=spec_version(run.session, budget_of_tokens),
         )
 
     @classmethod
@@ -216,6 +226,7 @@ class RunSpec:
             traceparent=traceparent,
             session=session,
             compact_at=compact_at,
+            schema_version=spec_version(session, compact_at),
         )
 
     def sub_agent(
@@ -254,9 +265,8 @@ class RunSpec:
     def to_json(self) -> dict[str, Any]:
         """The spec as stored (the workflow's input). Options left to the swarm are not written,
         so that a release that does not know `swarm` reads them as its own defaults."""
-        newer = self.session is not None or self.compact_at is not None
         data: dict[str, Any] = {
-            "schema_version": SPEC_VERSION if newer else min(self.schema_version, 2),
+            "schema_version": self.schema_version,
             "swarm": self.swarm,
             "agent": dict(self.agent),
             "messages": self.messages,
