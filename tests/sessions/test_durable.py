@@ -10,9 +10,14 @@ import uuid
 
 import pytest
 
-from durable_swarm import DurableClient, SessionBusyError, SessionNotFoundError
+from durable_swarm import (
+    DurableClient,
+    DurableSwarmError,
+    SessionBusyError,
+    SessionNotFoundError,
+)
 from durable_swarm.durable._sessions import SessionStore, decode_payload, encode_payload
-from durable_swarm.testing import FakeOpenAIServer
+from durable_swarm.testing import FakeOpenAIServer, Fault
 
 from ._model import SessionModel, clerk
 
@@ -188,15 +193,43 @@ def test_the_append_is_done_once_per_run(durable_swarm_factory, session, databas
     from durable_swarm.durable import _dbos
 
     store = SessionStore(_dbos.launched_url() or database_url, _dbos.run_status)
-    assert store.claim(session, "run-a") == []
+    assert store.claim(session, "run-a") == ([], 0)
     with pytest.raises(SessionBusyError):
         # a claim by a run that does not exist (yet) holds for the start grace period
         store.claim(session, "run-b")
-    assert store.finish(session, "run-a", user("one")) is True
+    assert store.finish(session, "run-a", user("one"), 0) is True
     # the same run's append again (a step re-executed after a crash): nothing changes
-    assert store.finish(session, "run-a", user("one") + user("two")) is False
+    assert store.finish(session, "run-a", user("one") + user("two"), 0) is False
     info = store.get(session)
     assert info.messages == user("one") and info.runs == 1 and info.held_by is None
+    # a run that started from version 0 (a fork of run-a, say) finds the session moved on
+    with pytest.raises(DurableSwarmError, match="moved on without it"):
+        store.finish(session, "run-c", user("other"), 0)
+    assert store.get(session).messages == user("one")
+
+
+def test_a_failed_session_run_resumed_adds_its_messages_and_a_fork_does_not_overwrite(
+    durable_swarm_factory, server, session
+):
+    swarm = durable_swarm_factory(server.client(), model_retries=0)
+    first = swarm.run(clerk, user("hello"), session=session)
+    assert first.messages[-1]["content"] == "seen 2: hello"
+    server.inject(Fault.status(400, "refused once"))
+    handle = swarm.start(clerk, user("again"), session=session)
+    with pytest.raises(Exception, match="refused once"):
+        handle.result()
+    assert swarm.get_session(session).held_by is None  # a failed run's hold does not count
+    resumed = swarm.resume(handle.run_id).result()
+    assert resumed.messages[-1]["content"] == "seen 4: again"
+    stored = swarm.get_session(session)
+    assert stored.runs == 2 and [m["content"] for m in stored.messages][-1] == "seen 4: again"
+    # a fork of the first run started from an older session: it does not overwrite the session
+    steps = swarm.get_run(handle.run_id).steps
+    model_step = next(s.step for s in steps if s.kind == "model")
+    fork = swarm.fork(handle.run_id, model_step)
+    with pytest.raises(DurableSwarmError, match="moved on without it"):
+        fork.result()
+    assert swarm.get_session(session).messages == stored.messages
 
 
 def test_the_stored_payload_is_json_with_a_schema_version():

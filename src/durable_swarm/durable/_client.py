@@ -267,8 +267,8 @@ class DurableClient(RunCommands, SessionCommands):
         run_id = run_id or str(uuid.uuid4())
         options["workflow_id"] = run_id
         if session is not None:  # held from now on: its messages come first
-            prior = self._sessions().claim(session, run_id)
-            spec = replace(spec, messages=[*prior, *spec.messages])
+            prior, version = self._sessions().claim(session, run_id)
+            spec = replace(spec, messages=[*prior, *spec.messages], session_version=version)
         try:
             handle: Any = self._dbos.enqueue(options, spec.to_json())
         except BaseException:

@@ -60,6 +60,7 @@ CREATE TABLE IF NOT EXISTS {SESSIONS_TABLE} (
     held_by TEXT,
     held_at VARCHAR(64),
     runs INTEGER NOT NULL,
+    version INTEGER NOT NULL,
     last_run TEXT,
     created_at VARCHAR(64) NOT NULL,
     updated_at VARCHAR(64) NOT NULL
@@ -132,15 +133,16 @@ class SessionStore:
             seconds=START_GRACE_SECONDS
         )
 
-    def claim(self, name: str, run_id: str) -> list[dict[str, Any]]:
-        """Hold session `name` (made if new) for the new run `run_id`; returns its messages.
-        Raises `SessionBusyError` if a live run holds it."""
+    def claim(self, name: str, run_id: str) -> tuple[list[dict[str, Any]], int]:
+        """Hold session `name` (made if new) for the new run `run_id`; returns its messages and
+        its version (counting its changes: the run adds its messages only if it is still that
+        one). Raises `SessionBusyError` if a live run holds it."""
         engine, now = self._engine(), _now()
         with engine.begin() as conn:
             conn.execute(
                 sa.text(
                     f"INSERT INTO {SESSIONS_TABLE} (name, payload, message_count, runs, "
-                    "created_at, updated_at) VALUES (:n, :p, 0, 0, :at, :at) "
+                    "version, created_at, updated_at) VALUES (:n, :p, 0, 0, 0, :at, :at) "
                     "ON CONFLICT (name) DO NOTHING"
                 ),
                 {"n": name, "p": encode_payload([]), "at": now},
@@ -166,10 +168,11 @@ class SessionStore:
                     sa.text(f"SELECT held_by FROM {SESSIONS_TABLE} WHERE name = :n"), {"n": name}
                 ).scalar()
                 raise SessionBusyError(name, str(winner))
-            payload = conn.execute(
-                sa.text(f"SELECT payload FROM {SESSIONS_TABLE} WHERE name = :n"), {"n": name}
-            ).scalar_one()
-        return decode_payload(payload)
+            payload, version = conn.execute(
+                sa.text(f"SELECT payload, version FROM {SESSIONS_TABLE} WHERE name = :n"),
+                {"n": name},
+            ).one()
+        return decode_payload(payload), int(version)
 
     def release(self, name: str, run_id: str) -> None:
         """Let go of `name` if `run_id` holds it (its run could not be started)."""
@@ -182,10 +185,14 @@ class SessionStore:
                 {"n": name, "run": run_id},
             )
 
-    def finish(self, name: str, run_id: str, messages: list[dict[str, Any]]) -> bool:
-        """Run `run_id` succeeded: session `name` keeps `messages` and is free. Done once per
-        run: False if this run already did it (a replayed step), True if done now. Raises
-        `DurableSwarmError` if the session moved on without this run."""
+    def finish(
+        self, name: str, run_id: str, messages: list[dict[str, Any]], version: int | None
+    ) -> bool:
+        """Run `run_id`, which started from version `version` of session `name`, succeeded: the
+        session keeps `messages` and is free. Done once per run: False if this run already did
+        it (a replayed step), True if done now. A resumed or forked run (which may no longer
+        hold the session) may add its messages too, if the session is still at `version` and
+        no live run holds it; else `DurableSwarmError` says the session moved on without it."""
         now = _now()
         with self._engine().begin() as conn:
             done = conn.execute(
@@ -194,32 +201,45 @@ class SessionStore:
             ).first()
             if done is not None:
                 return False
-            updated = conn.execute(
-                sa.text(
-                    f"UPDATE {SESSIONS_TABLE} SET payload = :p, message_count = :c, "
-                    "held_by = NULL, held_at = NULL, runs = runs + 1, last_run = :run, "
-                    "updated_at = :at WHERE name = :n AND held_by = :run"
-                ),
-                {"p": encode_payload(messages), "c": len(messages), "run": run_id, "at": now,
-                 "n": name},
-            )  # fmt: skip
-            if updated.rowcount != 1:
-                raise DurableSwarmError(
-                    f"Run {run_id!r} finished, but session {name!r} no longer waits for it (it "
-                    "was taken by another run after this one failed or was cancelled, or it was "
-                    "deleted); this run's messages were not added to it. They are in the run's "
-                    f"log: `durable-swarm runs show {run_id}`.",
-                    run_id=run_id,
-                    session=name,
-                )
-            conn.execute(
-                sa.text(
-                    f"INSERT INTO {SESSION_RUNS_TABLE} (run_id, session, added_at) "
-                    "VALUES (:run, :n, :at)"
-                ),
-                {"run": run_id, "n": name, "at": now},
-            )
-        return True
+            row = conn.execute(
+                sa.text(f"SELECT held_by, held_at, version FROM {SESSIONS_TABLE} WHERE name = :n"),
+                {"n": name},
+            ).first()
+        holder = row[0] if row is not None else None
+        moved = row is None or (version is not None and int(row[2]) != version)
+        if not moved and holder not in (None, run_id) and self._live(holder, row[1]):
+            moved = True  # another live run holds it: it would add its own after ours
+        if not moved:
+            condition = "held_by IS NULL" if holder is None else "held_by = :old"
+            if version is not None:
+                condition += " AND version = :v"
+            with self._engine().begin() as conn:  # compare-and-set on what was read
+                updated = conn.execute(
+                    sa.text(
+                        f"UPDATE {SESSIONS_TABLE} SET payload = :p, message_count = :c, "
+                        "held_by = NULL, held_at = NULL, runs = runs + 1, version = version + 1, "
+                        f"last_run = :run, updated_at = :at WHERE name = :n AND {condition}"
+                    ),
+                    {"p": encode_payload(messages), "c": len(messages), "run": run_id,
+                     "at": now, "n": name, "old": holder, "v": version},
+                )  # fmt: skip
+                if updated.rowcount == 1:
+                    conn.execute(
+                        sa.text(
+                            f"INSERT INTO {SESSION_RUNS_TABLE} (run_id, session, added_at) "
+                            "VALUES (:run, :n, :at)"
+                        ),
+                        {"run": run_id, "n": name, "at": now},
+                    )
+                    return True
+        raise DurableSwarmError(
+            f"Run {run_id!r} finished, but session {name!r} moved on without it (another run "
+            "added to it, holds it, or it was cleared or deleted since this run started); "
+            "this run's messages were not added to it. They are in the run's log: "
+            f"`durable-swarm runs show {run_id}`.",
+            run_id=run_id,
+            session=name,
+        )
 
     def _rows(self, where: str, params: dict[str, Any]) -> list[Any]:
         query = sa.text(
@@ -298,7 +318,7 @@ class SessionStore:
             name,
             "cleared",
             f"UPDATE {SESSIONS_TABLE} SET payload = :p, message_count = 0, held_by = NULL, "
-            "held_at = NULL, updated_at = :at WHERE name = :n",
+            "held_at = NULL, version = version + 1, updated_at = :at WHERE name = :n",
         )
 
     def delete(self, name: str) -> None:

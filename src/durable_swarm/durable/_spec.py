@@ -17,9 +17,10 @@ Versions of the spec (its `schema_version`; this library reads every one of them
    written, and is taken from that swarm when the run executes.
 
 3. The same keys plus, when set, `session` (the session the run continues: its messages come
-   first in `messages`, and the run adds its own to it when it succeeds) and `compact_at` (its
-   token budget, see `durable_swarm.compaction`). A run that sets neither is written as
-   version 2, so releases before sessions still run it.
+   first in `messages`, and the run adds its own to it when it succeeds), `session_version`
+   (the session's version those messages are, see `_sessions.SessionStore.finish`) and
+   `compact_at` (its token budget, see `durable_swarm.compaction`). A run that sets neither
+   is written as version 2, so releases before sessions still run it.
 
 The keys keep their names and places from version to version: the CLI, the console and SQL
 queries (`_listing`) read `agent`, `messages`, `context_variables` and `parent` from any run.
@@ -150,6 +151,7 @@ class RunSpec:
     parent: str | None = None
     tool_call_id: str | None = None
     session: str | None = None
+    session_version: int | None = None
     compact_at: int | str | None = None
     schema_version: int = 2  # `spec_version(session, compact_at)`
 
@@ -288,6 +290,7 @@ class RunSpec:
             "parent": self.parent,
             "tool_call_id": self.tool_call_id,
             "session": self.session,
+            "session_version": self.session_version,
             "compact_at": self.compact_at,
         }
         data.update({key: value for key, value in optional.items() if value is not None})
@@ -349,6 +352,7 @@ class RunSpec:
             parent=data.get("parent"),
             tool_call_id=data.get("tool_call_id"),
             session=data.get("session"),
+            session_version=data.get("session_version"),
             compact_at=data.get("compact_at"),
             schema_version=version,
         )

@@ -466,8 +466,8 @@ class DurableSwarm(RunCommands, SessionCommands):
         session's messages first (raises `SessionBusyError` if a live run holds it)."""
         if spec.session is None:
             return spec
-        prior = self._sessions().claim(spec.session, run_id)
-        return replace(spec, messages=[*prior, *spec.messages])
+        prior, version = self._sessions().claim(spec.session, run_id)
+        return replace(spec, messages=[*prior, *spec.messages], session_version=version)
 
     def _release(self, run_id: str, spec: RunSpec) -> None:
         """Free the session of run `run_id`, which could not be started."""

@@ -946,11 +946,14 @@ async def _run(run_id: str, spec: RunSpec) -> dict[str, Any]:
         output["tool_call_id"] = spec.tool_call_id
     if spec.session is not None:
         history = [*spec.messages, *response.messages]
-        await _finish_session(run_id, spec.session, session_messages(history, runtime.compaction))
+        kept = session_messages(history, runtime.compaction)
+        await _finish_session(run_id, spec.session, kept, spec.session_version)
     return output
 
 
-async def _finish_session(run_id: str, name: str, messages: list[dict[str, Any]]) -> None:
+async def _finish_session(
+    run_id: str, name: str, messages: list[dict[str, Any]], version: int | None
+) -> None:
     """The run's last step (`session:<name>`): session `name` keeps `messages` and is free.
     The write is keyed by the run's id (see `SessionStore.finish`): done once, even if the
     process dies between the write and the step's record."""
@@ -958,7 +961,7 @@ async def _finish_session(run_id: str, name: str, messages: list[dict[str, Any]]
     def finish() -> dict[str, Any]:
         url = _dbos.launched_url()
         assert url is not None
-        added = SessionStore(url, _dbos.run_status).finish(name, run_id, messages)
+        added = SessionStore(url, _dbos.run_status).finish(name, run_id, messages, version)
         return {"session": name, "messages": len(messages), "added": added}
 
     async def finish_step() -> dict[str, Any]:
