@@ -205,9 +205,9 @@ class SessionStore:
                 sa.text(f"SELECT held_by, held_at, version FROM {SESSIONS_TABLE} WHERE name = :n"),
                 {"n": name},
             ).first()
-        holder = row[0] if row is not None else None
-        moved = row is None or (version is not None and int(row[2]) != version)
-        if not moved and holder not in (None, run_id) and self._live(holder, row[1]):
+        holder, held_at, current = (row[0], row[1], int(row[2])) if row is not None else (None,) * 3
+        moved = row is None or (version is not None and current != version)
+        if not moved and holder not in (None, run_id) and self._live(holder, held_at):
             moved = True  # another live run holds it: it would add its own after ours
         if not moved:
             condition = "held_by IS NULL" if holder is None else "held_by = :old"
