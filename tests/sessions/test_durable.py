@@ -256,3 +256,20 @@ def test_a_session_run_is_stored_as_spec_version_3_and_round_trips():
         budget=None, prices={}, max_result_chars=10,
     ).to_json()  # fmt: skip
     assert plain["schema_version"] == 2 and "session" not in plain and "compact_at" not in plain
+
+
+def test_async_and_streamed_runs_of_a_session(durable_swarm_factory, server, session):
+    import asyncio
+
+    swarm = durable_swarm_factory(server.client())
+
+    async def two() -> list[str]:
+        first = await swarm.arun(clerk, user("one"), session=session)
+        handle = await swarm.astart(clerk, user("two"), session=session)
+        second = await handle.aresult()
+        return [first.messages[-1]["content"], second.messages[-1]["content"]]
+
+    assert asyncio.run(two()) == ["seen 2: one", "seen 4: two"]
+    events = list(swarm.run(clerk, user("three"), session=session, stream=True))
+    assert events[-1]["response"].messages[-1]["content"] == "seen 6: three"
+    assert swarm.get_session(session).runs == 3
