@@ -270,6 +270,8 @@ def test_async_and_streamed_runs_of_a_session(durable_swarm_factory, server, ses
         return [first.messages[-1]["content"], second.messages[-1]["content"]]
 
     assert asyncio.run(two()) == ["seen 2: one", "seen 4: two"]
+    assert len(asyncio.run(swarm.aget_session(session)).messages) == 4
+    assert session in [s.name for s in asyncio.run(swarm.alist_sessions())]
     events = list(swarm.run(clerk, user("three"), session=session, stream=True))
     assert events[-1]["response"].messages[-1]["content"] == "seen 6: three"
     assert swarm.get_session(session).runs == 3

@@ -19,6 +19,7 @@ recovered run that replays it finds its own row and writes nothing again.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable
@@ -356,3 +357,19 @@ class SessionCommands:
         """Delete session `name` (the runs' logs keep every message). Raises
         `SessionBusyError` while a run holds it, `SessionNotFoundError` if there is none."""
         self._sessions().delete(check_session_name(name))
+
+    async def alist_sessions(self, *, limit: int | None = None) -> list[SessionInfo]:
+        """`list_sessions` for async code."""
+        return await asyncio.to_thread(lambda: self.list_sessions(limit=limit))
+
+    async def aget_session(self, name: str) -> SessionInfo:
+        """`get_session` for async code."""
+        return await asyncio.to_thread(self.get_session, name)
+
+    async def aclear_session(self, name: str) -> None:
+        """`clear_session` for async code."""
+        await asyncio.to_thread(self.clear_session, name)
+
+    async def adelete_session(self, name: str) -> None:
+        """`delete_session` for async code."""
+        await asyncio.to_thread(self.delete_session, name)
