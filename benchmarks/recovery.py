@@ -49,6 +49,7 @@ from _common import (
     make_async_client,
     median,
     print_table,
+    result_of,
     run_worker,
     start_bare_run,
     tool_script,
@@ -158,6 +159,7 @@ def recover(args: argparse.Namespace) -> dict[str, Any]:
     seconds = time.perf_counter() - started
     cpu = time.process_time() - cpu
     runs = list_runs("SUCCESS", args.kind)
+    me = executor_of_this_process(args.kind)
 
     def spread(stamps: list[int | None]) -> list[float]:
         values = sorted((stamp / 1000 - epoch) for stamp in stamps if stamp)
@@ -172,7 +174,16 @@ def recover(args: argparse.Namespace) -> dict[str, Any]:
         "dequeued": spread([run.dequeued_at for run in runs]),
         "completed": spread([run.completed_at for run in runs]),
         "cpu": cpu,
+        "mine": sum(1 for run in runs if run.executor_id == me),
     }
+
+
+def executor_of_this_process(kind: str) -> str:
+    if kind == "bare":
+        return BARE_EXECUTOR
+    from durable_swarm.durable._dbos import executor_id
+
+    return executor_id()
 
 
 # --- parent ---------------------------------------------------------------------------------
@@ -225,6 +236,84 @@ def recover_measured(
     return {**r, "start": start_seconds, "model_calls": model_calls}
 
 
+def recover_spread(label: str, db: str, n: int, takers: int, args: argparse.Namespace) -> Any:
+    """Leave N durable runs pending on `db` (started without a queue, as an app's own runs are),
+    then start `takers` recovering processes at once, each with N / 10 slots
+    (`DURABLE_SWARM_RECOVERY_SLOTS`); returns their results and the seconds until the last of
+    them saw no run unfinished."""
+    leave_pending(db, n, "durable", args)
+    print(f"  {label}: {n} durable runs pending, killed; {takers} takers", flush=True)
+    with FakeOpenAIServer(tool_script(1)) as fast:
+        worker_args = ["--child", "recover", "--db", db, "--n", str(n), "--kind", "durable"]
+        worker_args += ["--base-url", fast.base_url, "--http", args.http]
+        cmd = [sys.executable, str(BENCH_DIR / "recovery.py"), *worker_args]
+        env = {**os.environ, "DURABLE_SWARM_RECOVERY_SLOTS": str(max(1, n // 10))}
+        children = [
+            subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+            )
+            for _ in range(takers)
+        ]
+        results = []
+        for child in children:
+            out, err = child.communicate(timeout=1800)
+            results.append(result_of(subprocess.CompletedProcess(cmd, child.returncode, out, err),
+                                     "a recovering process"))  # fmt: skip
+        model_calls = fast.stats["answered"]
+    finished = max(r["succeeded"] for r in results)
+    if finished != n or model_calls != 2 * n or sum(r["mine"] for r in results) != n:
+        raise RuntimeError(
+            f"{label}: {finished} of {n} runs succeeded with {takers} takers "
+            f"({[r['mine'] for r in results]} each), {model_calls} model calls (expected {2 * n})"
+        )
+    return results, max(r["seconds"] for r in results)
+
+
+def spread_table(n: int, args: argparse.Namespace, bare: dict[str, float]) -> None:
+    """Durable runs of a dead process recovered by 1 and by 3 processes at once, against bare
+    DBOS recovering the same number of runs in one process."""
+    rows = []
+    for takers in (1, 3):  # fresh databases for each
+        with databases(postgres=not args.no_postgres) as dbs:
+            for label, db in dbs:
+                if args.no_sqlite and label == "sqlite":
+                    continue
+                results, seconds = recover_spread(label, db, n, takers, args)
+                shares = sorted((r["mine"] for r in results), reverse=True)
+                rows.append(
+                    [
+                        label,
+                        takers,
+                        n,
+                        " / ".join(str(s) for s in shares),
+                        f"{100 * shares[0] / n:.0f}%",
+                        f"{seconds:.2f}",
+                        f"{bare[label]:.2f}",
+                        f"{seconds / (bare[label] / takers):.2f}x",
+                        f"{1000 * sum(r['cpu'] for r in results) / n:.1f}",
+                    ]
+                )
+    print_table(
+        "Spread: a dead process's runs (started without a queue) recovered by several live "
+        f"processes at once; each takes only its free slots ({max(1, n // 10)} each, "
+        "DURABLE_SWARM_RECOVERY_SLOTS). Goal: none over ~40% with 3, and no slower than "
+        "bare / takers. "
+        f"{os.cpu_count()} CPU cores here, shared with the model server and the database.",
+        [
+            "database",
+            "takers",
+            "N",
+            "runs per taker",
+            "largest share",
+            "recover all s",
+            "bare, 1 process s",
+            "vs bare / takers",
+            "CPU ms/run (all takers)",
+        ],
+        rows,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="N = 50")
@@ -242,6 +331,11 @@ def main() -> None:
         action="store_true",
         help="also durable runs put back on their queues by DBOS's own recovery, one "
         "transaction per run (this library before it batched them)",
+    )
+    parser.add_argument(
+        "--no-spread",
+        action="store_true",
+        help="skip the table of 1 and 3 processes taking over a dead process's runs",
     )
     parser.add_argument("--child", choices=["start", "recover"], help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
@@ -318,6 +412,9 @@ def main() -> None:
         "(user + system) per recovered run; re-enqueue CPU: the part spent putting runs back on "
         "a queue."
     )
+    if not args.no_spread:
+        bare = {label: r["seconds"] for (label, kind), r in results.items() if kind == "bare"}
+        spread_table(n, args, bare)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,8 @@ def test_every_public_module_has_a_reference_page():
     public = {"durable_swarm", "durable_swarm.durable", "durable_swarm.errors",
               "durable_swarm.testing", "durable_swarm.toolkit", "durable_swarm.types",
               "durable_swarm.util", "durable_swarm.repl", "durable_swarm.ag2",
-              "durable_swarm.usage", "durable_swarm.tracing", "durable_swarm.web"}  # fmt: skip
+              "durable_swarm.usage", "durable_swarm.tracing", "durable_swarm.web",
+              "durable_swarm.guardrails", "durable_swarm.output"}  # fmt: skip
     assert public - documented == set()
 
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["final_answer", "tool_message"]
+__all__ = ["ACCEPTED", "OUTPUT_TOOL", "final_answer", "tool_message"]
+
+# The tool that takes a structured answer (`durable_swarm.output`), and its answer once valid.
+OUTPUT_TOOL = "final_answer"
+ACCEPTED = "Final answer accepted."
 
 
 def tool_message(call: dict[str, Any], content: str) -> dict[str, Any]:
@@ -20,8 +24,18 @@ def tool_message(call: dict[str, Any], content: str) -> dict[str, Any]:
 
 
 def final_answer(messages: list[dict[str, Any]]) -> str:
-    """A sub-agent's answer: the content of its last assistant message."""
+    """A sub-agent's answer: the content of its last assistant message, or the arguments (JSON)
+    of its last `final_answer` call that was accepted (a structured answer in tool mode)."""
+    accepted: set[Any] = set()
     for message in reversed(messages):
-        if message.get("role") == "assistant" and message.get("content"):
-            return str(message["content"])
+        role = message.get("role")
+        if role == "tool" and message.get("tool_name") == OUTPUT_TOOL:
+            if message.get("content") == ACCEPTED:
+                accepted.add(message.get("tool_call_id"))
+        elif role == "assistant":
+            for call in message.get("tool_calls") or []:
+                if isinstance(call, dict) and call.get("id") in accepted:
+                    return str((call.get("function") or {}).get("arguments") or "")
+            if message.get("content"):
+                return str(message["content"])
     return ""

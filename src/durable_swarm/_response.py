@@ -19,7 +19,9 @@ class Response(BaseModel):
     """What `run` returns: the new messages, the agent the run ended on, the updated context.
 
     Beyond Swarm's fields: `usage`, the run's token usage and cost (`durable_swarm.usage.Usage`,
-    sub-agents included), and `usage_by_agent`, the same per agent name.
+    sub-agents included), `usage_by_agent`, the same per agent name, and `output`, the typed
+    final answer when the agent the run ended on has an `output_type` (None otherwise; the
+    stored JSON value when read back where that agent is not defined, e.g. a thin client).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -29,3 +31,4 @@ class Response(BaseModel):
     context_variables: dict[str, Any] = {}
     usage: Usage | None = None
     usage_by_agent: dict[str, Usage] = {}
+    output: Any = None

@@ -16,11 +16,15 @@
     durable-swarm completion bash|zsh|tcsh
     durable-swarm --version
     durable-swarm worker MODULE[:ATTR] [--queue NAME] [--concurrency N] [--executor-id ID]
-                         [--shutdown-grace SECONDS] [BUDGET]
+                         [--shutdown-grace SECONDS] [--retention POLICY] [BUDGET]
+    durable-swarm retention show [--policy POLICY] [--verbose]
+    durable-swarm retention apply [--policy POLICY] [--dry-run] [--verbose] [--yes]
     durable-swarm serve [--host 127.0.0.1] [--port 8000] [--token T]
 
 BUDGET is `--max-model-calls N --max-total-tokens N --max-cost-usd X` (any of them): a run
 stops, failed, before a model call once it has reached one (see `durable_swarm.Budget`).
+POLICY is `succeeded=30d,failed=90d,cancelled=7d` (any of them; ages in s, m, h, d or w), with
+optional `batch_size=N` and `interval=60s` (see `durable_swarm.durable.Retention`).
 
 A thin layer over the library (`runs` commands use the thin `DurableClient`, so they never run
 or recover a run themselves): the database is found as the library finds it
@@ -37,13 +41,15 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 # Only what reads runs is imported here; a command that runs agents (`chat`, `worker`, `serve`)
 # imports the turn loop, the worker or the web app when it is chosen.
 from . import __version__
 from ._cli._budget import add_budget_options, budget_of
 from ._cli._demo import DEFAULT_DEMO, cmd_demo
+from ._cli._retention import HANDLERS as RETENTION_HANDLERS
+from ._cli._retention import policy_option
 from ._cli._runs import HANDLERS, parse_time
 from ._cli._sessions import SESSION_HANDLERS
 from ._cli._store import CliError
@@ -52,6 +58,9 @@ from .durable import DEFAULT_CONCURRENCY, DEFAULT_QUEUE
 from .durable._client import DEFAULT_SHUTDOWN_GRACE
 from .durable._runs import STATUSES
 from .errors import DurableSwarmError
+
+if TYPE_CHECKING:
+    from .durable._retention import Retention
 
 __all__ = ["build_parser", "main"]
 
@@ -222,6 +231,52 @@ def _add_runs(commands: argparse._SubParsersAction, common: argparse.ArgumentPar
     prune.add_argument("--dry-run", action="store_true", help="list what would go; delete nothing")
     prune.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
+    rotate = action(
+        "rotate-keys",
+        "re-encrypt stored runs with the first key of DURABLE_SWARM_ENCRYPTION_KEY "
+        "(in batches; safe while workers run; run it again to resume)",
+    )
+    rotate.add_argument(
+        "--batch-size",
+        type=_count,
+        default=500,
+        metavar="N",
+        help="rows re-encrypted per transaction (default: 500)",
+    )
+
+
+def _add_retention(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    retention = commands.add_parser(
+        "retention",
+        help="the retention policies in force, what they deleted and what is due",
+        description="Finished runs past their age are deleted by the processes given a policy "
+        "(workers with --retention, DurableSwarm(retention=...), DURABLE_SWARM_RETENTION). "
+        "Runs in flight are never deleted.",
+    )
+    sub = retention.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    def action(name: str, help_text: str) -> argparse.ArgumentParser:
+        parser = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        parser.set_defaults(handler=RETENTION_HANDLERS[name])
+        parser.add_argument(
+            "--policy", type=policy_option, metavar="POLICY",
+            help="e.g. succeeded=30d,failed=90d,cancelled=7d (default: the one the database's "
+            "processes apply)",
+        )  # fmt: skip
+        parser.add_argument("--verbose", "-v", action="store_true", help="also list the run ids")
+        return parser
+
+    action(
+        "show",
+        "the policies in force, the processes applying them, the runs deleted so far, and "
+        "what is due now",
+    )
+    apply = action("apply", "apply a policy once, now: delete the finished runs past their age")
+    apply.add_argument(
+        "--dry-run", action="store_true", help="report what would go; delete nothing"
+    )
+    apply.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+
 
 def _add_model_options(parser: argparse.ArgumentParser, whose: str) -> None:
     parser.add_argument(
@@ -279,6 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_runs(commands, common)
     _add_sessions(commands, common)
+    _add_retention(commands, common)
 
     def command(
         name: str, handler: Handler, help_text: str, description: str
@@ -368,6 +424,20 @@ def build_parser() -> argparse.ArgumentParser:
         "unreachable, it exits with status 1 and names the steps it leaves, whose runs are "
         "taken over once it is gone; set it above your longest tool (default: "
         f"{DEFAULT_SHUTDOWN_GRACE:g})",
+    )  # fmt: skip
+    worker.add_argument(
+        "--retention", metavar="POLICY",
+        help="delete finished runs past their age in the background, e.g. "
+        "succeeded=30d,failed=90d,cancelled=7d (default: the DurableSwarm's, else "
+        "$DURABLE_SWARM_RETENTION, else keep every run)",
+    )  # fmt: skip
+    worker.add_argument(
+        "--retention-batch-size", type=_positive_int, metavar="N",
+        help="top-level runs deleted per batch (default: 100)",
+    )  # fmt: skip
+    worker.add_argument(
+        "--retention-interval", metavar="DURATION",
+        help="time between sweeps, e.g. 60s, 5m (default: 60s)",
     )  # fmt: skip
     add_budget_options(worker, "the budget of runs whose client gave none")
 
@@ -462,6 +532,7 @@ def _cmd_worker(args: argparse.Namespace, style: Style) -> int:
     from .durable._workflow import HOST
 
     HOST.default_budget = budget_of(args) or HOST.default_budget
+    retention = _worker_retention(args)
     run_worker(
         args.target,
         queue=args.queue,
@@ -473,8 +544,49 @@ def _cmd_worker(args: argparse.Namespace, style: Style) -> int:
         dead_after=args.dead_after,
         shutdown_grace=args.shutdown_grace,
         on_executor_id_taken=args.on_executor_id_taken,
+        retention=retention,
     )
     return 0
+
+
+def _worker_retention(args: argparse.Namespace) -> Retention | None:
+    """The worker's policy from --retention (else $DURABLE_SWARM_RETENTION) and the batch size
+    and interval options; None when no policy is given (the DurableSwarm's then, if any)."""
+    from .durable._retention import Retention
+
+    text = args.retention
+    pace = {
+        key: value
+        for key, value in (
+            ("batch_size", args.retention_batch_size),
+            ("interval", args.retention_interval),
+        )
+        if value is not None
+    }
+    if text is None:
+        if not pace:
+            return None
+        text = os.environ.get("DURABLE_SWARM_RETENTION", "")
+        if not text.strip():
+            raise CliError(
+                "--retention-batch-size and --retention-interval need a policy: give "
+                "--retention succeeded=30d,... (or set DURABLE_SWARM_RETENTION).",
+                status=2,
+            )
+    try:
+        policy = Retention.of(text)
+        assert policy is not None
+        if pace:
+            policy = Retention(
+                policy.succeeded,
+                policy.failed,
+                policy.cancelled,
+                batch_size=pace.get("batch_size", policy.batch_size),
+                interval=pace.get("interval", policy.interval),
+            )
+    except DurableSwarmError as e:
+        raise CliError(f"--retention: {e}", status=2) from e
+    return policy
 
 
 def main(argv: Sequence[str] | None = None) -> int:

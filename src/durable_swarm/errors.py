@@ -23,11 +23,14 @@ __all__ = [
     "DecisionConflictError",
     "DuplicateAgentError",
     "DurableSwarmError",
+    "EncryptionKeyError",
     "ExecutorIdInUseError",
+    "GuardrailTripped",
     "MCPServerUnavailableError",
     "ModelCallError",
     "ModelResponseError",
     "NonJsonValueError",
+    "OutputValidationError",
     "RunCancelledError",
     "RunError",
     "RunNotFoundError",
@@ -185,6 +188,38 @@ class DecisionConflictError(DurableSwarmError):
             by=by,
             at=at,
             attempted=attempted,
+        )
+
+
+class EncryptionKeyError(DurableSwarmError):
+    """A stored payload is encrypted and cannot be opened here: the key it was sealed with
+    (`key_id`) is not among this process's keys, the key of that id is not the one that sealed
+    it, the stored bytes were changed, or encryption was asked for without the `cryptography`
+    package. Nothing is shown or used in its place."""
+
+    run_id: str | None
+    key_id: str | None
+    reason: str
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        key_id: str | None = None,
+        run_id: str | None = None,
+        message: str | None = None,
+    ):
+        where = f" of run {run_id!r}" if run_id else ""
+        needs = f" It needs the key {key_id!r}." if key_id else ""
+        super().__init__(
+            message
+            or f"Cannot open the encrypted data{where}: {reason}.{needs} Set "
+            "DURABLE_SWARM_ENCRYPTION_KEY (a comma-separated list of id:key, the key that "
+            "encrypts first) or pass encryption_key=... with every key still in use "
+            "(docs/guides/encryption.md).",
+            reason=reason,
+            key_id=key_id,
+            run_id=run_id,
         )
 
 
@@ -437,6 +472,43 @@ class BudgetExceededError(DurableSwarmError):
         )  # fmt: skip
 
 
+class GuardrailTripped(DurableSwarmError):
+    """A guardrail stopped a run: an input guardrail on the user's input, or an output guardrail
+    on the final answer (a tripped tool guardrail does not end the run; the model reads why).
+
+    `guardrail` is its name, `kind` what it checked (`input` or `output`), `reason` its reason,
+    `agent` the agent it guards and `run_id` the durable run it ended (None in memory).
+    """
+
+    guardrail: str
+    kind: str
+    reason: str
+    agent: str | None
+    run_id: str | None
+
+    def __init__(
+        self,
+        guardrail: str,
+        kind: str,
+        reason: str,
+        *,
+        agent: str | None = None,
+        run_id: str | None = None,
+        message: str | None = None,
+    ):
+        what = {"input": "the user's input", "output": "the final answer"}.get(kind, kind)
+        who = f" of agent {agent!r}" if agent else ""
+        where = f" ended run {run_id!r}" if run_id else " ended the run"
+        message = message or (
+            f"Guardrail {guardrail!r} tripped on {what}{who} and{where}: "
+            f"{reason or 'no reason given'}. This is a verdict, not a fault: change the input "
+            "(or the guardrail) and start a new run."
+        )
+        super().__init__(
+            message, guardrail=guardrail, kind=kind, reason=reason, agent=agent, run_id=run_id
+        )
+
+
 class DuplicateAgentError(DurableSwarmError, ValueError):
     """Two different agent definitions share one name where a name must pick one agent: among a
     run's agents (the starting agent, `agents=` and the agents its handoff rules name), or in this
@@ -500,3 +572,39 @@ class SessionNotFoundError(DurableSwarmError, KeyError):
 
     def __str__(self) -> str:
         return self.message
+
+
+class OutputValidationError(DurableSwarmError):
+    """An agent with an `output_type` gave no answer that validates: its last `answers` answers
+    were invalid (the first, then each of its `output_retries` retries, each sent back with what
+    did not validate). `problems` lists what did not validate in the last one, one per line."""
+
+    agent: str
+    output_type: str
+    problems: str
+    answers: int
+    run_id: str | None
+
+    def __init__(
+        self,
+        *,
+        agent: str,
+        output_type: str,
+        problems: str,
+        answers: int,
+        run_id: str | None = None,
+        message: str | None = None,
+    ):
+        where = f" in run {run_id!r}" if run_id else ""
+        super().__init__(
+            message
+            or f"Agent {agent!r}{where} gave no valid {output_type} in {answers} answers "
+            f"(output_retries={answers - 1}); the last one failed with:\n{problems}\nSay in "
+            "the agent's instructions what to answer, raise its output_retries, or try the "
+            "other output_mode ('tool' or 'json_schema'). Every answer is in the run's log.",
+            agent=agent,
+            output_type=output_type,
+            problems=problems,
+            answers=answers,
+            run_id=run_id,
+        )

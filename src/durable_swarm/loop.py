@@ -8,6 +8,8 @@ driver, which performs it through a runtime and sends the result back:
 - `WaitForInput`: an answer from the person, or their decision on a tool call;
 - `Transition`: a record of a handoff (which rule fired, from which agent to which, and why);
 - `ListTools`: the tool list of a `ToolSource` (an MCP server), asked once per run and kept;
+- `CheckGuardrail`: a guardrail's verdict, and `Parallel`: input guardrails asked while the first
+  model call runs (see `durable_swarm.guardrails`, which holds their logic).
 - `Summarize`: a summary of the older messages, when the run would pass its `compact_at`
   budget (see `durable_swarm.compaction`).
 
@@ -19,7 +21,9 @@ apart: replaying the recorded outputs through the same loop rebuilds the same st
 
 Each turn: context conditions, then the model's reply and its tool calls (a function returning an
 agent, or an `OnCondition` transfer), else the agent's after-work, else the swarm's after-work;
-without any of these, a reply without tool calls ends the run, as in Swarm.
+without any of these, a reply without tool calls ends the run, as in Swarm. The final answer of
+an agent with an `output_type` is validated here, on the recorded reply (`durable_swarm.output`):
+valid, it is `RunState.output`; invalid, the error goes back to the model for another reply.
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import _registry
+from . import _registry, guardrails, output
 from ._response import Response
 from .compaction import Summarize, Window
-from .errors import DurableSwarmError
+from .errors import DurableSwarmError, OutputValidationError
+from .guardrails import CheckGuardrail, Parallel
 from .handoffs import (
     AfterWork,
     AfterWorkOption,
@@ -125,7 +130,16 @@ class ListTools:
     source: ToolSource
 
 
-Effect = ModelCall | ToolInvocation | WaitForInput | Transition | ListTools | Summarize
+Effect = (
+    ModelCall
+    | ToolInvocation
+    | WaitForInput
+    | Transition
+    | ListTools
+    | CheckGuardrail
+    | Parallel
+    | Summarize
+)
 Loop = Generator[Effect, Any, Response]
 
 
@@ -170,6 +184,12 @@ class RunState:
     agents: dict[str, Any] = field(default_factory=dict)
     tool_lists: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """The tool list of each `ToolSource` (by name), as listed the first time the run met it."""
+    output: Any = None
+    """The validated, typed final answer of `output_agent` (an agent with an `output_type`),
+    set when its answer validates; None until then and after any later model answer."""
+    output_agent: Any = None
+    output_failures: int = 0
+    """How many answers did not validate since the last one that did (`Agent.output_retries`)."""
 
 
 def known_agents(agent: Any, agents: Sequence[Any] = (), after_work: Any = None) -> dict[str, Any]:
@@ -272,7 +292,7 @@ def build_request(state: RunState, model_override: str | None, stream: bool) -> 
     }
     if tools:
         request["parallel_tool_calls"] = agent.parallel_tool_calls
-    return request
+    return output.ask_for_output(agent, request)
 
 
 def _find_agent(state: RunState, name: str) -> Any:
@@ -318,9 +338,15 @@ def _run_tools(
         tool_name(f): f for f in agent_functions(state.agent, state.context, state.tool_lists)
     }
     batch = [(call, functions.get(call["function"]["name"])) for call in calls]
+    blocked = yield from guardrails.before_tools(state, batch)  # {} without tool guardrails
+    batch = [(call, function) for call, function in batch if id(call) not in blocked]
     target: tuple[Any, str] = (None, "")
     updates: dict[str, Any] = {}
-    for call, function in batch:
+    for call in calls:
+        if id(call) in blocked:
+            state.history.append(blocked[id(call)])
+            continue
+        function = functions.get(call["function"]["name"])
         if function is not None and tool_spec(function).needs_approval:
             decision = Decision.from_json((yield WaitForInput("approval", state.agent, call=call)))
             if not decision.approved:
@@ -329,6 +355,7 @@ def _run_tools(
         outcome: ToolOutcome = yield ToolInvocation(
             state.agent, call, function, state.context, debug, batch
         )
+        outcome = yield from guardrails.after_tool(state, call, function, outcome)
         message = outcome.message
         if outcome.ask is not None:
             answer = yield WaitForInput("input", state.agent, prompt=outcome.ask, call=call)
@@ -340,6 +367,34 @@ def _run_tools(
             target = (outcome.agent, call["function"]["name"])
     state.context.update(updates)
     return target
+
+
+def _check_output(
+    state: RunState, message: dict[str, Any], run_id: str | None
+) -> output.Checked | None:
+    """Check a final answer against the active agent's `output_type` (None: nothing to check);
+    append what answers it (see `output.check`). A valid answer becomes `state.output`; an
+    invalid one is sent back, up to the agent's `output_retries` times since the last valid one,
+    then the run fails with `OutputValidationError`."""
+    state.output = state.output_agent = None
+    checked = output.check(state.agent, message)
+    if checked is None:
+        return None
+    state.history.extend(checked.replies)
+    if checked.ok:
+        state.output, state.output_agent, state.output_failures = checked.value, state.agent, 0
+        return checked
+    state.output_failures += 1
+    retries = getattr(state.agent, "output_retries", 2)
+    if state.output_failures > retries:
+        raise OutputValidationError(
+            agent=state.agent.name,
+            output_type=output.shape_of(state.agent.output_type).name,
+            problems=checked.error,
+            answers=state.output_failures,
+            run_id=run_id,
+        )
+    return checked
 
 
 def _after_work(state: RunState, swarm_after_work: Any) -> tuple[Any, str, str]:
@@ -388,7 +443,9 @@ def turn_loop(run: RunRequest) -> Loop:
     swarm-level after-work for agents without their own; `agents` name the agents that string
     targets may refer to, with the agents the handoff rules name (others are found in the
     registry); two different agents under one name raise `DuplicateAgentError`. The loop does
-    not read `run_id` or `budget` (the durable facade stores them with the run).
+    not read `budget` (the durable facade stores it with the run); `run_id` only names the run
+    in a `GuardrailTripped` error. Input guardrails are asked before anything else (or with the
+    first model call), output guardrails once the run has its final answer.
     """
     debug, max_turns = run.debug, run.max_turns
     state = RunState(
@@ -399,19 +456,27 @@ def turn_loop(run: RunRequest) -> Loop:
     )
     init_len = len(state.history)
     window = Window(run.compact_at)  # what the model sees of the history (all, if no budget)
+    parallel = yield from guardrails.check_input(state, run.run_id, run.stream)
     while len(state.history) - init_len < max_turns and state.agent:
         yield from _context_handoffs(state)
         yield from _list_tools(state)
         request = build_request(state, run.model_override, run.stream)
         request = yield from window.fit(state.agent, state.history, request)
         debug_print(debug, "Getting chat completion for...:", request["messages"])
-        message: dict[str, Any] = yield ModelCall(state.agent, request, debug)
-        del request  # not kept alive while the run waits for a person below
+        call = ModelCall(state.agent, request, debug)
+        message = yield from guardrails.alongside(call, parallel, run.run_id)
+        parallel = []
+        del request, call  # not kept alive while the run waits for a person below
         debug_print(debug, "Received completion:", message)
         state.history.append(message)
         if not run.execute_tools:
             break
-        if message.get("tool_calls"):
+        checked = _check_output(state, message, run.run_id)
+        if checked is not None and not checked.ok:
+            continue  # the error is in the history: the same agent answers again
+        if checked is not None:
+            target, rule, reason = _after_work(state, run.after_work)
+        elif message.get("tool_calls"):
             target, tool = yield from _run_tools(state, message["tool_calls"], debug)
             rule, reason = "tool", f"function {tool} returned it"
         else:
@@ -420,6 +485,12 @@ def turn_loop(run: RunRequest) -> Loop:
         if not (yield from _hand_over(state, target, rule, reason, turns_left)):
             debug_print(debug, "Ending turn.")
             break
+    yield from guardrails.remaining(parallel, run.run_id)  # no model call to go with
+    # The final answer (or the typed output) is checked by the output guardrails.
+    yield from guardrails.check_output(state, state.history[init_len:], run.run_id)
     return Response(
-        messages=state.history[init_len:], agent=state.agent, context_variables=state.context
+        messages=state.history[init_len:],
+        agent=state.agent,
+        context_variables=state.context,
+        output=state.output if state.output_agent is state.agent else None,
     )

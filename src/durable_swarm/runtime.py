@@ -1,10 +1,12 @@
 """Runtimes perform the loop's effects; drivers feed their results back into the loop.
 
 A runtime has one narrow interface, one method per effect: `call_model`, `call_tool`,
-`wait_for_input`, `record`, `list_tools` and `summarize` for `drive`, and their async twins
-`acall_model`, `acall_tool`, `await_input`, `arecord`, `alist_tools` and `asummarize` for
-`adrive` (the protocols `Runtime`
-and `AsyncRuntime`; `perform` and `aperform` dispatch an effect to its method);
+`wait_for_input`, `record`, `list_tools`, `check_guardrail` and `summarize` for `drive`, and
+their async twins `acall_model`, `acall_tool`, `await_input`, `arecord`, `alist_tools`,
+`acheck_guardrail` and `asummarize` (plus `aparallel`, for input guardrails asked with the first
+model call) for `adrive` (the protocols `Runtime` and `AsyncRuntime`; `perform` and `aperform`
+dispatch an effect to its method; in sync code `perform` runs a `Parallel` effect's parts in
+threads);
 the streaming drivers read model calls from `chunks` / `achunks` instead. `InMemoryRuntime` is
 what `Swarm` uses and has them all; the durable runtime (`durable_swarm.durable`) has the async
 methods only (its workflow runs on an event loop) and makes each effect a DBOS step or a durable
@@ -14,13 +16,16 @@ wait.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Protocol
 
-from . import model, tracing
+from . import guardrails, model, tracing
 from ._response import Response
 from .compaction import Summarize
+from .errors import DurableSwarmError
+from .guardrails import CheckGuardrail, Parallel
 from .human import Decision
 from .loop import (
     Effect,
@@ -194,6 +199,32 @@ class InMemoryRuntime:
             tracing.tool_result(span, outcome.message)
         return outcome
 
+    def check_guardrail(self, effect: CheckGuardrail) -> dict[str, Any]:
+        """A guardrail's verdict, asked now (a guardrail agent runs with this client)."""
+        return guardrails.check(effect, self._ask_agent)
+
+    async def acheck_guardrail(self, effect: CheckGuardrail) -> dict[str, Any]:
+        """`check_guardrail` for async code."""
+
+        async def ask(agent: Any, messages: list[dict[str, Any]]) -> str:
+            return await asyncio.to_thread(self._ask_agent, agent, messages)
+
+        return await guardrails.acheck(effect, ask)
+
+    async def aparallel(self, effect: Parallel) -> list[Any]:
+        """Perform `effect`'s parts at the same time; every part finishes before this returns."""
+        results = await asyncio.gather(
+            *(aperform(self, e) for e in effect.effects), return_exceptions=True
+        )
+        return _unless_failed(results)
+
+    def _ask_agent(self, agent: Any, messages: list[dict[str, Any]]) -> str:
+        """Run a guardrail agent on `messages` with this runtime's client; its final answer."""
+        child = InMemoryRuntime(self.client, _no_person(agent), prices=self.prices)
+        response = drive(turn_loop(RunRequest(agent, messages)), child)
+        self.tally.merge(child.tally)
+        return final_answer(response.messages)
+
     def _delegate(self, effect: ToolInvocation, function: Callable[..., Any]) -> ToolOutcome:
         """Run a sub-agent on its task with this runtime's client, in memory."""
         task, error = delegation_task(function, effect.call)
@@ -207,6 +238,40 @@ class InMemoryRuntime:
         answer = final_answer(drive(loop, child).messages)
         self.tally.merge(child.tally)
         return ToolOutcome(tool_message(effect.call, answer), effect.context_variables)
+
+
+def _no_person(agent: Any) -> Callable[[str], str]:
+    """The `input_fn` of a guardrail agent's run: nobody answers it."""
+
+    def refuse(prompt: str) -> str:
+        raise DurableSwarmError(
+            f"Guardrail agent {agent.name!r} asked the person ({prompt!r:.80}); a guardrail "
+            "agent must answer with its verdict on its own. Remove tools that ask or need "
+            "approval from it."
+        )
+
+    return refuse
+
+
+def _unless_failed(results: list[Any]) -> list[Any]:
+    """`results` of effects performed together, or the first exception one of them raised."""
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results
+
+
+def _perform_parallel(runtime: Runtime, effect: Parallel) -> list[Any]:
+    """A `Parallel` effect in sync code: the first part here, the others in threads."""
+    first, *others = effect.effects
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(others)) as pool:
+        futures = [pool.submit(perform, runtime, e) for e in others]
+        try:
+            head: Any = perform(runtime, first)
+        except BaseException as e:
+            head = e
+        rest = [f.exception() or f.result() for f in futures]
+    return _unless_failed([head, *rest])
 
 
 def _debug_tool(effect: ToolInvocation) -> None:
@@ -227,6 +292,7 @@ class Runtime(Protocol):
     def record(self, effect: Transition) -> None: ...
     def list_tools(self, effect: ListTools) -> list[dict[str, Any]]: ...
     def summarize(self, effect: Summarize) -> str: ...
+    def check_guardrail(self, effect: CheckGuardrail) -> dict[str, Any]: ...
 
 
 class AsyncRuntime(Protocol):
@@ -238,6 +304,8 @@ class AsyncRuntime(Protocol):
     async def arecord(self, effect: Transition) -> None: ...
     async def alist_tools(self, effect: ListTools) -> list[dict[str, Any]]: ...
     async def asummarize(self, effect: Summarize) -> str: ...
+    async def acheck_guardrail(self, effect: CheckGuardrail) -> dict[str, Any]: ...
+    async def aparallel(self, effect: Parallel) -> list[Any]: ...
 
 
 def perform(runtime: Runtime, effect: Effect) -> Any:
@@ -252,6 +320,10 @@ def perform(runtime: Runtime, effect: Effect) -> Any:
         return runtime.record(effect)
     if isinstance(effect, Summarize):
         return runtime.summarize(effect)
+    if isinstance(effect, CheckGuardrail):
+        return runtime.check_guardrail(effect)
+    if isinstance(effect, Parallel):
+        return _perform_parallel(runtime, effect)
     return runtime.list_tools(effect)
 
 
@@ -267,6 +339,10 @@ async def aperform(runtime: AsyncRuntime, effect: Effect) -> Any:
         return await runtime.arecord(effect)
     if isinstance(effect, Summarize):
         return await runtime.asummarize(effect)
+    if isinstance(effect, CheckGuardrail):
+        return await runtime.acheck_guardrail(effect)
+    if isinstance(effect, Parallel):
+        return await runtime.aparallel(effect)
     return await runtime.alist_tools(effect)
 
 

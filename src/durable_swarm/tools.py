@@ -107,6 +107,8 @@ class ToolSpec:
         key_parameter: the keyword argument that receives the call's idempotency key when the
             tool takes it (MCP tools take another, so that a server's parameter named
             `idempotency_key` is the model's to fill).
+        guardrails: guardrails of this tool alone, checked with the agent's `tool_guardrails`
+            (see `durable_swarm.guardrails`).
     """
 
     name: str | None = None
@@ -117,6 +119,7 @@ class ToolSpec:
     delegate: Any = None
     parameters: dict[str, Any] | None = None
     key_parameter: str = IDEMPOTENCY_KEY
+    guardrails: tuple[Any, ...] = ()
 
 
 class ToolSource(abc.ABC):

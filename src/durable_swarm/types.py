@@ -12,9 +12,9 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from . import _registry
 from ._lazy import warn_moved
@@ -65,6 +65,37 @@ class Agent(BaseModel):
     """Skills (`durable_swarm.toolkit.Skill`): instruction fragments bundled with tools."""
     update_agent_state_before_reply: list[Any] = []
     """AG2's hook list; an `UpdateSystemMessage` here re-renders the instructions every turn."""
+    input_guardrails: list[Any] = []
+    """Checks of the user's input when a run starts with this agent (see
+    `durable_swarm.guardrails`): functions, agents or `Guardrail`s; one that trips ends the run
+    with `GuardrailTripped`."""
+    output_guardrails: list[Any] = []
+    """Checks of the final answer when this agent gives it; one that trips ends the run with
+    `GuardrailTripped`."""
+    tool_guardrails: list[Any] = []
+    """Checks of each of this agent's tool calls, before the tool runs (its arguments) or after
+    (its result, `@guardrail(when="after")`); one that trips answers the model with a rejection
+    and the run goes on."""
+
+    @field_validator("input_guardrails", "output_guardrails", "tool_guardrails", mode="before")
+    @classmethod
+    def _check_guardrails(cls, value: Any) -> list[Any]:
+        from .guardrails import as_guardrail
+
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        return [as_guardrail(item) for item in items]
+
+    output_type: Any = None
+    """The type of the agent's final answer (a pydantic model, a dataclass, a `TypedDict`, or a
+    type such as `int` or `list[str]`): the model is asked for it, the answer is validated and
+    `Response.output` holds the typed value (see `durable_swarm.output`). None: a text answer,
+    as in Swarm."""
+    output_mode: Literal["tool", "json_schema"] = "tool"
+    """How `output_type` is asked for: a `final_answer` tool (any server that calls tools), or
+    the server's `response_format` JSON schema (servers with OpenAI's structured outputs)."""
+    output_retries: int = Field(default=2, ge=0)
+    """How many times an answer that does not validate is sent back to the model, with what did
+    not validate, before the run fails with `OutputValidationError`."""
 
     @field_validator("handoffs", mode="before")
     @classmethod
@@ -76,6 +107,10 @@ class Agent(BaseModel):
         return items
 
     def model_post_init(self, __context: Any) -> None:
+        if self.output_type is not None:  # a type pydantic cannot validate fails here
+            from .output import shape_of
+
+            shape_of(self.output_type, self.name)
         if self.skills:
             from .toolkit import skill_tools
 

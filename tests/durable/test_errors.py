@@ -51,6 +51,7 @@ SAMPLES = [
     errors.DuplicateAgentError("two agents named x"),
     errors.ExecutorIdInUseError("worker-1", host="box", pid=4242, heartbeat_age=1.5),
     errors.NonJsonValueError("context_variables", "context_variables['x'] is a set"),
+    errors.EncryptionKeyError("the stored data was changed", key_id="k1", run_id="r9"),
 ]
 
 

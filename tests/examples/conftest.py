@@ -3,6 +3,9 @@ it themselves), no real model configured, and output without colour codes."""
 
 from __future__ import annotations
 
+import logging
+import sys
+
 import pytest
 
 from ._helpers import ANSI
@@ -32,3 +35,18 @@ def run_example(capsys):
         return ANSI.sub("", capsys.readouterr().out)
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def no_dbos_left_behind():
+    """An example run with `--durable` launches DBOS on its own database: stop it after the
+    test, so the next test's example can launch on another one. DBOS's console log handler
+    was made on the test's captured stderr, closed now: it goes back to the real one."""
+    yield
+    from durable_swarm.durable import _dbos
+
+    if _dbos.launched_url() is not None:
+        _dbos.shutdown()
+    for handler in logging.getLogger("dbos").handlers:
+        if isinstance(handler, logging.StreamHandler) and getattr(handler.stream, "closed", 0):
+            handler.stream = sys.__stderr__  # (setStream would flush the closed one)

@@ -233,9 +233,50 @@ def test_a_failed_session_run_resumed_adds_its_messages_and_a_fork_does_not_over
 
 
 def test_the_stored_payload_is_json_with_a_schema_version():
-    stored = encode_payload(user("hé"))
+    stored = encode_payload(user("hé"), "s")
     assert '"schema_version": 1' in stored
-    assert decode_payload(stored) == user("hé")
+    assert decode_payload(stored, "s") == user("hé")
+
+
+def test_with_an_encryption_key_a_session_is_stored_sealed(
+    durable_swarm_factory, server, session, database_url
+):
+    # With a key, the session's row holds no plain text, reads back with the key, and without
+    # it is a clear error naming the key it needs; a payload moved to another session's row
+    # does not open (it is bound to its session's name).
+    import base64
+    import os
+
+    import sqlalchemy as sa
+
+    from durable_swarm.durable import _dbos, _sealing
+    from durable_swarm.errors import EncryptionKeyError
+
+    secret = "the-vault-code-31337"
+    key = f"k1:{base64.b64encode(os.urandom(32)).decode()}"
+    _sealing.configure(key)
+    try:
+        swarm = durable_swarm_factory(server.client())
+        swarm.run(clerk, user(f"remember {secret}"), session=session)
+        assert secret in swarm.get_session(session).messages[0]["content"]
+        engine = sa.create_engine(_dbos.launched_url() or database_url)
+        with engine.begin() as conn:
+            stored = conn.execute(
+                sa.text("SELECT payload FROM durable_swarm_sessions WHERE name = :n"),
+                {"n": session},
+            ).scalar_one()
+        engine.dispose()
+        assert secret not in stored and stored.startswith("dsx1.k1.")
+        with pytest.raises(EncryptionKeyError):
+            decode_payload(stored, session + "-other")
+        _sealing.configure(None)
+        with pytest.raises(EncryptionKeyError) as caught:
+            swarm.get_session(session)
+        assert caught.value.key_id == "k1"
+        _sealing.configure(key)
+        swarm.delete_session(session)  # the module's other tests list sessions without a key
+    finally:
+        _sealing.configure(None)
 
 
 def test_a_session_run_is_stored_as_spec_version_3_and_round_trips():

@@ -76,6 +76,8 @@ class Model:
     * `work <tag>`: calls `record(tag)`, then answers `done <tag>`; the first request of that
       second call is held at the server for minutes (so a test can kill the worker making it),
       later ones are answered at once.
+    * `spread <tag>`: as `work`, but the later answers of the second call take
+      `spread_seconds` (runs that keep a slot busy for a while once recovered).
     * `refund <tag>`: calls `refund(amount=5)` (needs approval), then repeats the tool's result.
     * `ask <tag>`: calls `ask_user`, then greets with the tool's result (the person's answer).
     * `delegate <tag>`: has the sub-agent `Asker` work on `ask <tag>`, then repeats its answer.
@@ -85,6 +87,7 @@ class Model:
 
     def __init__(self) -> None:
         self.slow_seconds = 0.4
+        self.spread_seconds = 1.0
         self._lock = threading.Lock()
         self._arrivals: dict[tuple[str, str, int], int] = {}
 
@@ -109,13 +112,16 @@ class Model:
             step = {
                 "handoff": ToolCall("transfer_to_closer"),
                 "work": ToolCall("record", {"tag": tag}),
+                "spread": ToolCall("record", {"tag": tag}),
                 "refund": ToolCall("refund", {"amount": 5}),
                 "ask": ToolCall("ask_user", {"question": "What is your name?"}),
                 "delegate": ToolCall("delegate_to_asker", {"task": f"ask {tag}"}),
             }[command]
             return calls(step)
-        if command == "work" and first == 1:
+        if command in ("work", "spread") and first == 1:
             return Fault.delay(HOLD_SECONDS, text(f"done {tag}"))
+        if command == "spread":
+            return Fault.delay(self.spread_seconds, text(f"done {tag}"))
         answers = {"handoff": f"closed {tag}", "work": f"done {tag}"}
         return text(answers.get(command, f"{command}: {results[-1]}"))
 

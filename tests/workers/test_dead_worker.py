@@ -9,6 +9,7 @@ them: the finished model calls and tools are not done again, only the call that 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,10 +18,13 @@ from typing import Any
 import pytest
 
 import durable_swarm.durable._dbos as dbos_setup
+from _support import procs
 from durable_swarm.durable import PROCESSES_TABLE, DurableClient
+from durable_swarm.durable._log import WORKFLOW_NAME
 from durable_swarm.durable._ownership import ProcessRegistry
+from durable_swarm.testing import FakeOpenAIServer
 
-from .conftest import TIMEOUT, Model, WorkerProcess, tool_lines, wait_for
+from .conftest import HERE, TIMEOUT, Model, WorkerProcess, tool_lines, wait_for
 
 QUEUE = "dead"
 TAGS = ["d1", "d2", "d3"]
@@ -226,3 +230,56 @@ def _each_step_once(model: Model, work_dir: Path, tags: list[str]) -> None:
         assert model.arrivals("work", tag, 1) == 2
     records = [line.split()[0] for line in tool_lines(work_dir, "record")]
     assert sorted(tag for tag in records if tag in tags) == tags
+
+
+def test_a_dead_processs_runs_spread_over_the_live_workers(
+    start_worker: Callable[..., WorkerProcess],
+    make_database_url: Callable[..., str],
+    model: Model,
+    server: FakeOpenAIServer,
+    work_dir: Path,
+    tmp_path: Path,
+) -> None:
+    # A plain DurableSwarm process (no queue: its runs are an app's own) starts 36 runs, each
+    # held in its second model call, and is SIGKILLed. Three workers of 3 slots each are up.
+    # Its runs go back on the recovery queue, and each worker takes only its free slots: each
+    # finishes a share of them (the recovered call takes 1 s, so no worker can empty the queue
+    # alone), where DBOS's internal queue gave all of them to the first worker that looked.
+    tags = [f"sp{i}" for i in range(36)]
+    url = make_database_url("spread")
+    settings = {**_quick_workers(url), "concurrency": 3}
+    workers = [start_worker(name, executor_id=f"worker-{name}", **settings) for name in "xyz"]
+    for worker in workers:
+        worker.wait_ready()
+    env = {"DSW_FAKE_URL": server.base_url, "DSW_WORK_DIR": str(work_dir)}
+    with procs.script_processes(tmp_path, env) as start:
+        config = {"database_url": url, "executor_id": "plain-app", "tags": tags}
+        starter = start("starter", HERE / "_starter.py", {**config, "command": "spread"})
+        wait_for(
+            lambda: all(model.arrivals("spread", tag, 1) == 1 for tag in tags),
+            "every run's second model call in flight",
+            workers=(starter, *workers),
+        )
+        starter.kill()
+    with DurableClient(url) as client:
+        runs = client._dbos.list_workflows(name=WORKFLOW_NAME)
+        wait_for(
+            lambda: all(
+                r.status == "SUCCESS"
+                for r in client._dbos.list_workflows(workflow_ids=[r.workflow_id for r in runs])
+            ),
+            "the workers to finish the dead process's runs",
+            workers=tuple(workers),
+        )
+        finished = client._dbos.list_workflows(workflow_ids=[r.workflow_id for r in runs])
+    assert len(finished) == len(tags)
+    shares = Counter(r.executor_id for r in finished)
+    assert set(shares) == {"worker-x", "worker-y", "worker-z"}, shares
+    assert max(shares.values()) <= len(tags) // 2, shares
+    for tag in tags:
+        assert model.arrivals("spread", tag, 0) == 1  # finished before the kill: never again
+        assert model.arrivals("spread", tag, 1) == 2  # in flight at the kill: sent once more
+    records = [line.split()[0] for line in tool_lines(work_dir, "record")]
+    assert sorted(t for t in records if t in tags) == sorted(tags)
+    for worker in workers:
+        assert worker.terminate() == 0

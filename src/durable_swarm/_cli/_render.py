@@ -27,7 +27,7 @@ __all__ = [
 
 JSON_SCHEMA_VERSION = 1
 # Fields of a run that only `show` has (`list` reads the status row alone).
-_DETAIL_FIELDS = ("messages", "context_variables", "steps", "transitions", "decisions")
+_DETAIL_FIELDS = ("messages", "context_variables", "steps", "transitions", "decisions", "output")
 # DBOS bookkeeping that people do not need in a timeline (`--all` shows it).
 BOOKKEEPING_KINDS = ("event", "timer", "stream", "dbos")
 
@@ -203,6 +203,15 @@ def summary_lines(info: RunInfo, style: Style) -> list[str]:
         lines.append(f"{label('by agent')}{shares}")
     if info.context_variables:
         lines.append(f"{label('context')}{preview(dumps(info.context_variables), 90)}")
+    if getattr(info, "encrypted", None):
+        lines.append(
+            f"{label('contents')}"
+            + style.paint(
+                f"encrypted (needs key {info.encrypted!r}): messages, context and step contents "
+                "are not shown; set DURABLE_SWARM_ENCRYPTION_KEY to see them",
+                "yellow",
+            )
+        )
     if info.error:
         lines.append(f"{label('error')}{style.paint(preview(info.error, 200), 'red')}")
     if info.problem:
@@ -256,9 +265,9 @@ class _Timeline:
     def head(self, step: StepRecord, label: str, extra: str = "") -> str:
         kind_colors = {
             "model": "blue", "tool": "magenta", "handoff": "cyan", "wait": "yellow",
-            "compact": "green", "session": "green",
+            "guardrail": "green", "compact": "green", "session": "green",
         }  # fmt: skip
-        kind = self.style.paint(f"{step.kind:<8}", kind_colors.get(step.kind, "dim"))
+        kind = self.style.paint(f"{step.kind:<9}", kind_colors.get(step.kind, "dim"))
         timing = self.style.paint(f"{duration(step.duration_ms):>9}", "dim")
         line = f"  #{step.step:<3} {kind} {clean(label):<28} {timing}"
         return f"{line}  {extra}".rstrip()
@@ -341,6 +350,20 @@ class _Timeline:
         reason = out.get("reason")
         extra = self.style.paint(preview(reason, 60), "dim") if reason else ""
         return [self.head(step, f"{source} → {target}", extra)]
+
+    def _guardrail(self, step: StepRecord, out: dict[str, Any]) -> list[str]:
+        checked = str(out.get("kind") or "").replace("_", " ")
+        if out.get("tool"):
+            checked = f"{checked} {out['tool']}"
+        if not out:  # not recorded yet (the step failed or runs now)
+            return [self.head(step, step.name)]
+        if not out.get("tripped"):
+            return [self.head(step, f"{step.name} passed", self.style.paint(checked, "dim"))]
+        reason = preview(out.get("reason") or "no reason given", 110)
+        return [
+            self.head(step, f"{step.name} tripped", self.style.paint(checked, "dim")),
+            "        " + self.style.paint(f"✗ {reason}", "red"),
+        ]
 
     def _subagent(self, step: StepRecord, out: Any) -> list[str]:
         child = getattr(step, "child_run_id", None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import inspect
+import json
 import re
 import sys
 import time
@@ -17,7 +18,7 @@ from typing import Any
 from ..durable._client import DurableClient
 from ..durable._control import FINISHED
 from ..durable._database import display_url, resolve_database_url
-from ..durable._runs import RunInfo
+from ..durable._runs import RunInfo, encrypted_text
 from ..errors import DurableSwarmError, RunNotFoundError
 from ._budget import budget_of
 from ._render import (
@@ -150,6 +151,8 @@ def cmd_show(args: argparse.Namespace, style: Style) -> int:
         _emit(args, run_json(info, detail=True), [])
         return 0
     lines = summary_lines(info, style)
+    if info.output is not None:  # a structured answer (its agent's output_type), as stored
+        lines += ["", style.paint("Output", "bold"), f"  {clean(json.dumps(info.output))}"]
     timeline = step_lines(info.steps, style, everything=args.all)
     lines += ["", style.paint("Timeline", "bold"), *(timeline or ["  (no steps yet)"])]
     hint = waiting_hint(info, style)
@@ -157,6 +160,8 @@ def cmd_show(args: argparse.Namespace, style: Style) -> int:
         lines += ["", *hint]
     if args.messages:
         lines += ["", style.paint("Messages", "bold")]
+        if info.encrypted:
+            lines.append(f"  {encrypted_text(info.encrypted)}")
         # where a compaction cut: the model saw its summary in place of the messages above
         cuts = {
             s.output["upto"]: s.step
@@ -476,6 +481,35 @@ def cmd_prune(args: argparse.Namespace, style: Style) -> int:
     return 0
 
 
+def cmd_rotate_keys(args: argparse.Namespace, style: Style) -> int:
+    """`runs rotate-keys`: re-seal every run's stored payloads with the first key of
+    DURABLE_SWARM_ENCRYPTION_KEY, in batches; safe while workers run, and resumable."""
+    url = _database(args)
+    say = None if args.json else (lambda line: print(style.paint(line, "dim")))
+    with open_swarm(url) as swarm:
+        report = swarm.runs.rotate_keys(batch_size=args.batch_size, say=say)
+    lines = [
+        f"Re-sealed {report.resealed} payloads with key {report.key_id!r} in {display_url(url)}."
+    ]
+    if report.changed:
+        lines.append(f"{report.changed} changed while being read: run it again to take them.")
+    for key_id, n in report.missing_keys.items():
+        lines.append(
+            f"{n} payloads are sealed with the key {key_id!r}, which is not in this process's "
+            "keys: add it to DURABLE_SWARM_ENCRYPTION_KEY (after the new key) and run it again."
+        )
+    data = {
+        "key_id": report.key_id,
+        "resealed": report.resealed,
+        "changed": report.changed,
+        "missing_keys": report.missing_keys,
+        "by_table": report.by_table,
+        "database": display_url(url),
+    }
+    _emit(args, data, lines)
+    return 1 if report.missing_keys else 0
+
+
 HANDLERS: dict[str, Callable[[argparse.Namespace, Style], int]] = {
     "list": cmd_list,
     "show": cmd_show,
@@ -488,4 +522,5 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, Style], int]] = {
     "fork": cmd_fork,
     "delete": cmd_delete,
     "prune": cmd_prune,
+    "rotate-keys": cmd_rotate_keys,
 }

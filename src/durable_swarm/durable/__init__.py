@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     from ._listing import PendingApproval
     from ._log import SCHEMA_VERSION, JsonSerializer, RunError
     from ._ownership import PROCESSES_TABLE
+    from ._retention import ExpiredRun, Retention, RetentionReport
     from ._runs import RunInfo, StepRecord
     from ._swarm import DurableSwarm, RunHandle
+    from ._sweeper import RetentionStatus, SweeperRecord
     from ._worker import Worker, run_worker
 
 __all__ = [
@@ -29,12 +31,17 @@ __all__ = [
     "ClientRunHandle",
     "DurableClient",
     "DurableSwarm",
+    "ExpiredRun",
     "JsonSerializer",
     "PendingApproval",
+    "Retention",
+    "RetentionReport",
+    "RetentionStatus",
     "RunError",
     "RunHandle",
     "RunInfo",
     "StepRecord",
+    "SweeperRecord",
     "Worker",
     "resolve_database_url",
     "run_worker",
@@ -50,8 +57,10 @@ __getattr__ = attribute_loader(
         "._listing": ("PendingApproval",),
         "._log": ("SCHEMA_VERSION", "JsonSerializer", "RunError"),
         "._ownership": ("PROCESSES_TABLE",),
+        "._retention": ("ExpiredRun", "Retention", "RetentionReport"),
         "._runs": ("RunInfo", "StepRecord"),
         "._swarm": ("DurableSwarm", "RunHandle"),
+        "._sweeper": ("RetentionStatus", "SweeperRecord"),
         "._worker": ("Worker", "run_worker"),
     },
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,8 @@ from ._control import ClientSource, RunCommands, RunControl
 from ._database import display_url, is_postgres, resolve_database_url, sqlite_path
 from ._log import EVENTS_STREAM, WORKFLOW_NAME, JsonSerializer, StoredResult, naming_run
 from ._runs import RunInfo, step_outputs
+from ._sealing import configure as configure_keys
+from ._sealing import require
 from ._sessions import SessionCommands, SessionStore
 from ._spec import DEFAULT_SWARM, RunSpec, check_swarm_name
 from ._values import check_input, check_messages
@@ -92,7 +94,8 @@ class ClientRunHandle:
         """Wait for the run to finish and return its `Response` (raises the run's error).
 
         `Response.agent` is the *name* of the agent the run ended on (this process has no agent
-        objects); `usage` and `usage_by_agent` are the run's, as `DurableSwarm` gives them.
+        objects), and `Response.output` its structured output as stored JSON; `usage` and
+        `usage_by_agent` are the run's, as `DurableSwarm` gives them.
         With `timeout` (seconds), raises `TimeoutError` if the run is not finished by then; the
         run itself goes on.
         """
@@ -110,6 +113,7 @@ class ClientRunHandle:
             output = handle.get_result(polling_interval_sec=self._client.poll_interval)
         from ..types import Response  # the agent types load the tool machinery: only here
 
+        require(output, self.run_id, "its result")
         source = self._client._dbos
         stored = StoredResult.read(output, lambda: step_outputs(source, self.run_id))
         return Response(
@@ -118,6 +122,7 @@ class ClientRunHandle:
             context_variables=stored.context_variables,
             usage=stored.tally.total,
             usage_by_agent=stored.tally.by_agent,
+            output=stored.output,
         )
 
     def events(self) -> Iterator[dict[str, Any]]:
@@ -131,6 +136,7 @@ class ClientRunHandle:
             self.run_id, EVENTS_STREAM, polling_interval_sec=self._client.poll_interval
         )
         for item in items:
+            require(item, self.run_id, "its stream events")
             if isinstance(item, dict) and "event" in item:
                 yield item["event"]
         yield {"response": self.result()}
@@ -162,9 +168,24 @@ class DurableClient(RunCommands, SessionCommands):
             creates it. Raises `DatabaseUnavailableError` when it cannot be opened.
         poll_interval: how often (seconds) waiting for a result or for stream events polls the
             database (on PostgreSQL stream reads are also woken by notifications).
+        encryption_key: the keys that encrypt what this client stores and open the runs it
+            reads (messages, context, tool arguments and results, answers, stream chunks;
+            AES-GCM): an `id:key` list
+            (a comma-separated string or a sequence; the first key encrypts, all decrypt),
+            instead of `DURABLE_SWARM_ENCRYPTION_KEY`. One keyring per process: the last one
+            given wins. Needs `pip install 'durable-swarm[crypto]'`
+            (docs/guides/encryption.md).
     """
 
-    def __init__(self, database_url: str | None = None, *, poll_interval: float = 0.1) -> None:
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        poll_interval: float = 0.1,
+        encryption_key: str | Sequence[str] | None = None,
+    ) -> None:
+        if encryption_key is not None:
+            configure_keys(encryption_key)
         self.database_url = resolve_database_url(database_url)
         self.poll_interval = poll_interval
         self._dbos = _connect(self.database_url)

@@ -9,19 +9,24 @@ from __future__ import annotations
 
 import abc
 import logging
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
 from dbos import SetWorkflowID
 
 from .._aio import off_event_loop
-from ..errors import DurableSwarmError, RunNotFoundError
+from ..errors import DurableSwarmError
 from ..usage import Budget, check_budget
 from ._decisions import DecisionLog, DecisionRecord, payload
 from ._listing import PendingApproval, RunFilter, RunQuery
 from ._log import BUDGET_TOPIC, WAITING_EVENT
 from ._notices import Notices
+from ._retention import Retention, RetentionReport, expire, purge
+from ._rotation import DEFAULT_BATCH, RotationReport, rotate
 from ._runs import DBOS_STATUSES, RunInfo, read_run, step_record, summarize, tally_steps
+from ._sealing import require
+from ._sweeper import RetentionLedger, RetentionStatus
 from ._waits import CANCEL_TOPIC, SWEEP_SECONDS, nudge_watchers
 
 __all__ = ["FINISHED", "LIVE", "ClientSource", "RunCommands", "RunControl"]
@@ -83,6 +88,8 @@ class RunControl:
 
     def __init__(self, source: Any, database_url: str) -> None:
         self.source = source
+        self._url = database_url
+        self.database_url = database_url
         self._query: RunQuery | None = None
         self.decisions = DecisionLog(database_url)
         self.notices = Notices(database_url)
@@ -134,6 +141,13 @@ class RunControl:
         """The tool calls runs wait for a person to approve, longest waiting first."""
         return self.query.approvals(limit=limit)
 
+    def rotate_keys(
+        self, *, batch_size: int = DEFAULT_BATCH, say: Callable[[str], None] | None = None
+    ) -> RotationReport:
+        """Re-seal every run's stored payloads with the first encryption key of this process
+        (see `durable._rotation`): in batches, safe while workers run, resumable."""
+        return rotate(_system_database(self.source), self._url, batch_size=batch_size, say=say)
+
     def read_usage(self, runs: list[RunInfo]) -> None:
         """Fill in the usage of listed runs that have not finished (read from their steps)."""
         for info in runs:
@@ -146,6 +160,9 @@ class RunControl:
 
     def _waiting(self, run_id: str, kind: str) -> dict[str, Any]:
         info = self.get_run(run_id)
+        # answering a question this process cannot read would answer blind (an approval is
+        # bound to the exact arguments it cannot see): refused, as for any sealed content
+        require(info.waiting_for, run_id, "what it waits for")
         wanted = "waiting_for_input" if kind == "input" else "waiting_for_approval"
         if info.status != wanted or not info.waiting_for:
             raise DurableSwarmError(
@@ -320,19 +337,7 @@ class RunControl:
             )
         if info.status in LIVE:
             self._cancel(info)
-        ids = [run_id, *self._descendants(info)]
-        self.source.delete_workflows(ids, delete_children=True)
-        return ids
-
-    def _descendants(self, info: RunInfo) -> list[str]:
-        found: list[str] = []
-        for child in info.children:
-            found.append(child)
-            try:
-                found += self._descendants(self.get_run(child))
-            except RunNotFoundError:
-                continue
-        return found
+        return purge(self.source, self.database_url, [run_id])
 
     def prune(self, older_than: Any, *, dry_run: bool = False) -> list[RunInfo]:
         """Delete every finished run (succeeded, failed, cancelled) created before
@@ -340,8 +345,23 @@ class RunControl:
         touched. Returns the runs deleted (with `dry_run`, those that would be)."""
         runs = self.list_runs(RunFilter.of(FINISHED, until=older_than), limit=None)
         if runs and not dry_run:
-            self.source.delete_workflows([r.run_id for r in runs], delete_children=True)
+            purge(self.source, self.database_url, [r.run_id for r in runs])
         return runs
+
+    # --- retention -------------------------------------------------------------------------
+
+    def apply_retention(
+        self, policy: Retention, *, dry_run: bool = False, now: datetime | None = None
+    ) -> RetentionReport:
+        """Apply `policy` once, now (see `RunCommands.apply_retention`)."""
+        report = expire(self.source, self.database_url, policy, now=now, dry_run=dry_run)
+        if not dry_run:
+            RetentionLedger(self.database_url).add_deleted(report.counts)
+        return report
+
+    def retention_status(self) -> RetentionStatus:
+        """The policies in force on this database and what they deleted so far."""
+        return RetentionLedger(self.database_url).status()
 
 
 class RunCommands(abc.ABC):
@@ -451,3 +471,49 @@ class RunCommands(abc.ABC):
         `older_than` (a datetime or ISO string), with its sub-agent runs; live runs are never
         touched. Returns the runs deleted (with `dry_run`, the ones that would be)."""
         return self.runs.prune(older_than, dry_run=dry_run)
+
+    # --- retention -------------------------------------------------------------------------
+
+    @off_event_loop
+    def apply_retention(
+        self,
+        retention: Retention | Mapping[str, Any] | str | None = None,
+        *,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> RetentionReport:
+        """Apply a retention policy once, now, in this process: delete every finished run past
+        its age (with its sub-agent runs, steps, stream, events, messages, decisions and
+        notices), batch by batch; never a run in flight. Returns what was deleted (with
+        `dry_run`: what would be, and nothing is deleted).
+
+        `retention`: a `Retention`, a dict or text (see `DurableSwarm`'s `retention`); default
+        this swarm's policy, else the one the database's sweeping processes recorded. `now`:
+        the time ages are counted to (default: the current time).
+
+        Raises `DurableSwarmError` for a bad policy, or when there is none to apply."""
+        policy = Retention.of(retention) or self._retention_policy()
+        return self.runs.apply_retention(policy, dry_run=dry_run, now=now)
+
+    @off_event_loop
+    def retention_status(self) -> RetentionStatus:
+        """Retention on this run database: the processes applying a policy (their policy,
+        when they last swept and how many runs that deleted) and the runs deleted so far, by
+        status."""
+        return self.runs.retention_status()
+
+    def _retention_policy(self) -> Retention:
+        """The policy to apply when none is given: this object's own (a `DurableSwarm`'s
+        `retention`), else the one policy recorded on the database."""
+        own = getattr(self, "retention", None)
+        if isinstance(own, Retention):
+            return own
+        policies = self.runs.retention_status().policies
+        if len(policies) == 1:
+            return Retention.of(policies[0])  # type: ignore[return-value]
+        found = "none is recorded" if not policies else f"several are: {'; '.join(policies)}"
+        raise DurableSwarmError(
+            f"No retention policy to apply: none was given and {found} on this database. "
+            "Give one, e.g. retention={'succeeded': '30d', 'failed': '90d'} (CLI: --policy "
+            "succeeded=30d,failed=90d)."
+        )

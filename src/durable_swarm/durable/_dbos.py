@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import importlib.metadata
+import logging
 import os
 import threading
 import time
@@ -23,12 +24,15 @@ from ._database import describe_fault, display_url, prepare_sqlite
 from ._failures import quiet_tracebacks
 from ._log import REPLAY_VERSION, JsonSerializer
 from ._ownership import Ownership, gate_queues, new_executor_id, timing
+from ._sealing import keyring
+from ._sweeper import stop_sweeper
 from ._waits import stop_watchers
 from ._wakeup import Wakeups
 from ._wakeup import install as install_wakeups
 
 __all__ = [
     "APPLICATION_VERSION",
+    "RECOVERY_QUEUE",
     "busy_runs",
     "ensure_launched",
     "execution_token",
@@ -39,6 +43,7 @@ __all__ = [
     "note_taken",
     "ownership",
     "recover_runs_of",
+    "recovery_slots",
     "run_status",
     "running_runs",
     "shutdown",
@@ -52,9 +57,26 @@ __all__ = [
 APPLICATION_VERSION = f"durable-swarm-log-v{REPLAY_VERSION}"
 APP_NAME = "durable_swarm"
 
+logger = logging.getLogger("durable_swarm")
+
 T = TypeVar("T")
 
+# The runs of a dead process that it started without a queue (a `DurableSwarm` process's own
+# runs, its sub-agents) go back on this queue, which every process this library launches
+# listens to. DBOS's internal queue, where DBOS's own recovery puts them, has no per-process
+# limit: the first process to look took all of them, however many other processes were idle.
+# Here each process takes only its free slots (`recovery_slots`, counted by `gate_queues`), so
+# a dead process's runs spread over the live ones. Registered in the database at each launch
+# with a per-process limit DBOS applies as a ceiling; its queue thread looks every
+# RECOVERY_POLL_SECONDS.
+RECOVERY_QUEUE = "durable_swarm_recovered"
+RECOVERY_QUEUE_LIMIT = 100_000
+RECOVERY_POLL_SECONDS = 1.0
+RECOVERY_SLOTS_ENV = "DURABLE_SWARM_RECOVERY_SLOTS"
+DEFAULT_RECOVERY_SLOTS = 100
+
 _lock = threading.RLock()
+_recovery_queue = False  # RECOVERY_QUEUE is registered and this process listens to it
 _launched_url: str | None = None
 _owned = False
 _ownership: Ownership | None = None
@@ -73,6 +95,27 @@ def is_launched() -> bool:
     """Whether DBOS (ours or the app's) is launched in this process."""
     inst = _instance()
     return bool(inst is not None and getattr(inst, "_launched", False))
+
+
+def recovery_slots(slots: int | None = None) -> int:
+    """How many runs this process runs at once from the queues its slots cover: `slots` (a
+    worker's concurrency) if given, else `DURABLE_SWARM_RECOVERY_SLOTS`, else 100 (a process
+    without a queue of its own takes at most that many of a dead process's runs at a time)."""
+    if slots is not None:
+        return slots
+    configured = os.environ.get(RECOVERY_SLOTS_ENV)
+    if not configured:
+        return DEFAULT_RECOVERY_SLOTS
+    try:
+        value = int(configured)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise DurableSwarmError(
+            f"{RECOVERY_SLOTS_ENV}={configured!r} is not a positive integer; set it to how many "
+            "runs of dead processes this process may run at once (e.g. 100), or unset it."
+        )
+    return value
 
 
 def executor_threads() -> int:
@@ -174,6 +217,7 @@ def ensure_launched(
     dead_after: float | None = None,
     say: Callable[[str], None] | None = None,
     on_executor_id_taken: str | None = None,
+    slots: int | None = None,
 ) -> None:
     """Launch DBOS on `database_url` unless it already runs in this process.
 
@@ -189,6 +233,8 @@ def ensure_launched(
     `queues` (a worker) makes this process take queued runs only from those queues (DBOS's
     internal queue, which carries recovered runs, always included); it needs a DBOS that is not
     launched yet. `say` receives the status lines of the ownership thread (default: the log).
+    `slots` (a worker's concurrency; default `recovery_slots()`) bounds how many runs this
+    process runs at once from `queues` and `RECOVERY_QUEUE` together.
 
     An executor id that another live process holds is refused with `ExecutorIdInUseError`
     (`on_executor_id_taken`: "error", default `DURABLE_SWARM_ON_EXECUTOR_ID_TAKEN`), or
@@ -211,6 +257,7 @@ def ensure_launched(
                     f"{wanted!r} cannot start beside it. Use one database per process, or "
                     "call durable_swarm.durable.shutdown() first."
                 )
+            _check_serializer()
             return
         quiet_tracebacks()
         _drain.reopen()  # a launch after a stop in this process begins steps again
@@ -252,7 +299,7 @@ def ensure_launched(
                 wakeups.starting = starting_on
             _owned = True
         if queues is not None:
-            DBOS.listen_queues(list(queues))
+            DBOS.listen_queues([*queues, RECOVERY_QUEUE])
         try:
             if _owned:
                 with _batched_launch_recovery():
@@ -262,7 +309,16 @@ def ensure_launched(
             if ownership is not None:
                 if not early:  # DBOS runs under this id now: it cannot change any more
                     ownership.register(fixed_id=True)
-                gate_queues(_instance(), ownership, note_taken, hand_back, starting_on)
+                _register_recovery_queue()
+                shared = [*(queues or ()), RECOVERY_QUEUE]
+                gate_queues(
+                    _instance(),
+                    ownership,
+                    note_taken,
+                    hand_back,
+                    starting_on,
+                    slots=(recovery_slots(slots), shared, RECOVERY_QUEUE),
+                )
                 ownership.start(recover_runs_of, busy_runs, hand_back)
             if wakeups is not None:
                 wakeups.open()  # the gate is in place: queue threads may look at once
@@ -278,6 +334,53 @@ def ensure_launched(
             raise DatabaseUnavailableError(display_url(database_url), cause) from e
         _ownership = ownership
         _launched_url = database_url
+        _check_serializer()
+
+
+def _check_serializer() -> None:
+    """With an encryption key set, refuse a DBOS that does not store through this library's
+    serializer (an app that configured DBOS itself without it): runs would be stored as that
+    serializer writes them, unencrypted."""
+    if _owned or keyring() is None:
+        return
+    if not isinstance(getattr(_instance(), "_serializer", None), JsonSerializer):
+        raise DurableSwarmError(
+            "An encryption key is set (DURABLE_SWARM_ENCRYPTION_KEY or encryption_key=...), but "
+            "the app configured DBOS without durable-swarm's serializer, so runs would be stored "
+            "unencrypted. Add `serializer=durable_swarm.durable.JsonSerializer()` to the app's "
+            "DBOS config (docs/guides/encryption.md), or unset the key."
+        )
+
+
+def _register_recovery_queue() -> None:
+    """Register `RECOVERY_QUEUE` (DBOS's public queue registry); until it is, and if it cannot
+    be, recovered runs go to DBOS's internal queue as DBOS's own recovery puts them."""
+    global _recovery_queue
+    try:
+        _outside_event_loop(
+            lambda: DBOS.register_queue(
+                RECOVERY_QUEUE,
+                worker_concurrency=RECOVERY_QUEUE_LIMIT,
+                polling_interval_sec=RECOVERY_POLL_SECONDS,
+                on_conflict="always_update",
+            )
+        )
+    except Exception as e:  # a run still goes back on DBOS's internal queue: nothing is lost
+        logger.warning(
+            "could not register the queue %r for recovered runs (%s); runs of dead processes "
+            "go to DBOS's internal queue, where the first process to look takes them all",
+            RECOVERY_QUEUE,
+            e,
+        )
+        return
+    _recovery_queue = True
+
+
+def recovery_queue() -> str:
+    """The queue a run started without one goes back on when it is recovered here."""
+    from dbos._utils import INTERNAL_QUEUE_NAME
+
+    return RECOVERY_QUEUE if _recovery_queue else INTERNAL_QUEUE_NAME
 
 
 def launched_url() -> str | None:
@@ -315,8 +418,6 @@ def hand_back(run_id: str, token: str | None = None) -> bool:
     execution, `execution_token`; None: the token the run holds now, for a run no execution
     here runs). A stale execution, whose run was taken over and started again meanwhile
     (even under this same executor id), moves nothing."""
-    from dbos._utils import INTERNAL_QUEUE_NAME
-
     dbos = _instance()
     wakeups: Wakeups | None = getattr(dbos, "_durable_swarm_wakeups", None)
     if wakeups is not None and run_id in running_runs():
@@ -328,9 +429,7 @@ def hand_back(run_id: str, token: str | None = None) -> bool:
             owner = token or _owner_of(run_id)
             handed = _reenqueue(sys_db, executor_id(), [run_id], owner=owner) > 0
         else:  # another DBOS release: its own call, fenced by status and executor id only
-            handed = bool(
-                sys_db.reenqueue_for_recovery(run_id, [executor_id()], INTERNAL_QUEUE_NAME)
-            )
+            handed = bool(sys_db.reenqueue_for_recovery(run_id, [executor_id()], recovery_queue()))
     finally:
         if not handed and wakeups is not None:
             wakeups.release_hold(run_id)
@@ -504,7 +603,7 @@ def _reenqueue(
     process has dequeued since carries that process's id and is left alone. `owner` (with
     `run_ids`): only runs still owned by the execution holding that token (see `hand_back`).
     """
-    from dbos._utils import INTERNAL_QUEUE_NAME, GlobalParams
+    from dbos._utils import GlobalParams
 
     runs = sys_db.tables.workflow_status
     pending = sa.and_(runs.c.status == "PENDING", runs.c.executor_id == executor_id)
@@ -518,7 +617,7 @@ def _reenqueue(
                 owner_xid=None,
                 started_at_epoch_ms=None,
                 updated_at=sys_db._now_ms_sql(),
-                queue_name=sa.func.coalesce(runs.c.queue_name, INTERNAL_QUEUE_NAME),
+                queue_name=sa.func.coalesce(runs.c.queue_name, recovery_queue()),
             )
         )
         with sys_db.engine.begin() as conn:
@@ -599,18 +698,24 @@ def _launch_outside_event_loop() -> None:
     every recovered one) on that loop, which breaks once it closes (`asyncio.run` returns, a test
     ends). Launching from a plain thread keeps them on DBOS's own background loop.
     """
+    _outside_event_loop(DBOS.launch)
+
+
+def _outside_event_loop(call: Callable[[], Any]) -> None:
+    """`call()` here, or in a thread of its own when this thread runs an event loop (DBOS
+    refuses its sync calls there, and they would block the loop)."""
     if not in_event_loop():
-        DBOS.launch()
+        call()
         return
     errors: list[BaseException] = []
 
-    def launch() -> None:
+    def run() -> None:
         try:
-            DBOS.launch()
+            call()
         except BaseException as e:
             errors.append(e)
 
-    thread = threading.Thread(target=launch, name="durable-swarm-launch")
+    thread = threading.Thread(target=run, name="durable-swarm-launch")
     thread.start()
     thread.join()
     if errors:
@@ -646,12 +751,13 @@ def shutdown() -> None:
     process is marked stopped, so other processes take over its unfinished runs at once; if a
     step is still running here, only once it is over (its heartbeats go on until then), so no
     step ever runs in two processes at the same moment."""
-    global _launched_url, _owned, _ownership
+    global _launched_url, _owned, _ownership, _recovery_queue
     with _lock:
         ownership, _ownership = _ownership, None
         if ownership is not None:
             ownership.stopping()
         stop_watchers()
+        stop_sweeper()  # it reads through this DBOS
         if _owned and _instance() is not None:
             DBOS.destroy(workflow_completion_timeout_sec=0)
         if ownership is not None:
@@ -661,5 +767,6 @@ def shutdown() -> None:
                 ownership.stop()
         _owned = False
         _launched_url = None
+        _recovery_queue = False
         with _taken_lock:
             _taken.clear()

@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..errors import DecisionConflictError
+from ._sealing import MARKER, is_sealed, keyring, open_sealed, seal, sealed_key_id
 from ._tables import engine_for, engine_with, missing_table, text_columns
 
 __all__ = ["DECISIONS_TABLE", "DecisionLog", "DecisionRecord"]
@@ -64,7 +65,12 @@ class DecisionRecord:
 
 
 class DecisionLog:
-    """The decisions table of one run database (engines shared per database in a process)."""
+    """The decisions table of one run database (engines shared per database in a process).
+
+    With an encryption key, a decision's `message` (what a person wrote) is stored sealed,
+    bound to its run (`_sealing`); the rest stays readable."""
+
+    TABLE = DECISIONS_TABLE
 
     def __init__(self, database_url: str) -> None:
         self._url = database_url
@@ -88,7 +94,7 @@ class DecisionLog:
                         "wait_id": decision.wait_id,
                         "tool_call_id": decision.tool_call_id,
                         "approved": int(decision.approved),
-                        "message": decision.message,
+                        "message": _sealed(decision.message, decision.run_id),
                         "by": decision.by,
                         "at": decision.at,
                     },
@@ -122,7 +128,58 @@ class DecisionLog:
             raise
         if row is None:
             return None
-        return DecisionRecord(row[0], int(row[1]), row[2], bool(row[3]), row[4], row[5], row[6])
+        message = open_sealed(row[4], bind=row[0], run_id=row[0]) if is_sealed(row[4]) else row[4]
+        return DecisionRecord(row[0], int(row[1]), row[2], bool(row[3]), message, row[5], row[6])
+
+    def reseal(self, batch_size: int) -> tuple[int, dict[str, int]]:
+        """Seal every decision's message with the first key (see `_rotation`): how many were
+        written, and how many were left because their key is missing here, by key id."""
+        ring = keyring()
+        assert ring is not None
+        current = f"{MARKER}.{ring.primary}.%"
+        written, missing = 0, dict[str, int]()
+        last: tuple[str, int] = ("", -1)
+        query = sa.text(
+            f"SELECT run_id, wait_id, message FROM {DECISIONS_TABLE} WHERE message IS NOT NULL "
+            "AND message NOT LIKE :current AND (run_id > :run OR (run_id = :run AND "
+            "wait_id > :wait)) ORDER BY run_id, wait_id LIMIT :n"
+        )
+        update = sa.text(
+            f"UPDATE {DECISIONS_TABLE} SET message = :new WHERE run_id = :run AND "
+            "wait_id = :wait AND message = :old"
+        )
+        while True:
+            params = {"current": current, "run": last[0], "wait": last[1], "n": batch_size}
+            try:
+                with engine_for(self._url).begin() as conn:
+                    rows = conn.execute(query, params).all()
+                    for run_id, wait_id, message in rows:
+                        if is_sealed(message) and not ring.has(sealed_key_id(message)):
+                            key_id = sealed_key_id(message)
+                            missing[key_id] = missing.get(key_id, 0) + 1
+                            continue
+                        plain = (
+                            open_sealed(message, bind=run_id, run_id=run_id)
+                            if is_sealed(message)
+                            else message
+                        )
+                        new = seal(plain, bind=run_id)
+                        values = {"new": new, "run": run_id, "wait": wait_id, "old": message}
+                        written += conn.execute(update, values).rowcount
+            except sa.exc.DBAPIError as e:
+                if missing_table(e):
+                    return written, missing
+                raise
+            if len(rows) < batch_size:
+                return written, missing
+            last = (rows[-1][0], int(rows[-1][1]))
+
+
+def _sealed(message: str | None, run_id: str) -> str | None:
+    """`message` as stored: sealed (bound to its run) when a key is set."""
+    if message is None or keyring() is None:
+        return message
+    return seal(message, bind=run_id)
 
 
 def payload(decision: DecisionRecord, digest: Any) -> dict[str, Any]:

@@ -20,10 +20,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
-from ..errors import DurableSwarmError
+from ..errors import DurableSwarmError, EncryptionKeyError
 from ..usage import Tally
 from ._log import MESSAGE_STEPS, WAITING_EVENT, WORKFLOW_NAME, JsonSerializer
-from ._runs import DBOS_STATUSES, RunInfo, run_status, time_of
+from ._runs import DBOS_STATUSES, RunInfo, encrypted_text, run_status, time_of
+from ._sealing import SealedValue, is_sealed, keyring, sealed_key_id
 
 __all__ = ["PendingApproval", "RunFilter", "RunMark", "RunQuery"]
 
@@ -131,6 +132,16 @@ def _like_pattern(text: str, *, in_json: bool = True) -> str:
     for char in ("\\", "%", "_"):
         escaped = escaped.replace(char, "\\" + char)
     return f"%{escaped}%"
+
+
+def _missing_key(sealed: str | None) -> str | None:
+    """The id of the key that sealed a payload (from the start of its sealed text), if this
+    process has not got it."""
+    if not sealed or not is_sealed(sealed) or sealed.count(".") < 2:
+        return None
+    key_id = sealed_key_id(sealed)
+    ring = keyring()
+    return None if ring is not None and ring.has(key_id) else key_id
 
 
 class RunQuery:
@@ -441,6 +452,8 @@ class RunQuery:
             waiting = self._serializer.deserialize(value) or {}
             call = waiting.get("tool_call") or {}
             function = call.get("function") or {}
+            if isinstance(waiting, SealedValue):  # its key is missing here: shown as such
+                function = {"name": "encrypted", "arguments": encrypted_text(waiting.key_id)}
             found.append(
                 PendingApproval(
                     run_id=run_id,
@@ -507,6 +520,7 @@ class RunQuery:
                 self._json_text(inputs, *spec, "parent"),
                 self._json_text(output, "value", "usage"),
                 ev.c.value,
+                sa.func.substr(self._json_text(inputs, "sealed"), 1, 80),
             )
             .select_from(
                 ws.outerjoin(wi, wi.c.workflow_uuid == ws.c.workflow_uuid)
@@ -533,8 +547,10 @@ class RunQuery:
             parent,
             usage,
             waits,
+            sealed,
         ) in rows:
             waiting = self._deserialized(waits) if status in DBOS_STATUSES["pending"] else None
+            locked = waiting.key_id if isinstance(waiting, SealedValue) else _missing_key(sealed)
             tally = None
             if usage:
                 try:
@@ -553,6 +569,7 @@ class RunQuery:
                 parent=parent,
                 usage=tally.total if tally else None,
                 usage_by_agent=dict(tally.by_agent) if tally else {},
+                encrypted=locked,
             )
         return found
 
@@ -573,6 +590,10 @@ class RunQuery:
             error = self._serializer.deserialize(stored)
         except (ValueError, TypeError):
             return stored
+        except EncryptionKeyError as e:
+            return str(e)
+        if isinstance(error, EncryptionKeyError) and error.key_id:
+            return encrypted_text(error.key_id)
         return None if error is None else str(error)
 
     def usage_totals(self, run_ids: Sequence[str]) -> dict[str, dict[str, int]]:

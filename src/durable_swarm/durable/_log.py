@@ -20,6 +20,11 @@ Versions (what changed in the stored shapes; this library reads every one of the
 3. A tool step's output holds the context updates of the `Result` the tool returned apart from
    its own changes (`updates`): they are merged once every tool call of the message has run,
    as Swarm does (in versions 1 and 2 they were merged at once, into `context_changes`).
+4. A sealed payload (encryption at rest, written only while a key is set; see `_sealing`):
+   `sealed` holds the whole value encrypted, and `value` only its fields that stay readable
+   without the key (`public_fields`: agent names, usage, costs, what a run waits for, the
+   run's options). A release that reads up to version 3 refuses it instead of taking the
+   readable fields for the whole value.
 
 The shapes, by where they are stored:
 - the workflow's input (`spec`): `agent` (name and fingerprint), `messages`,
@@ -31,6 +36,10 @@ The shapes, by where they are stored:
   message's last tool step);
 - a handoff step `handoff:<from>-><to>`, a tool list `tools:<server>`, a budget refusal
   `budget:<limit>`;
+- a guardrail's verdict `guardrail:<name>`: `guardrail`, `kind` (`input`, `output`,
+  `tool_call`, `tool_result`), `agent`, `tripped`, `reason`; a tool guardrail's `tool`,
+  `tool_call_id` and, when it tripped, the rejection `message` the model reads; a guardrail
+  agent's `usage` (a new kind of step, not a new shape: no version change);
 - a wait for a person: DBOS's patch marker `WATCHED_WAITS` (runs logged before it replay a plain
   `DBOS.recv`), the `WAITING_EVENT` event, then a `watch:<kind>` step (no output; it ends when an
   answer is in the database) before each `DBOS.recv` that takes the answer;
@@ -38,8 +47,11 @@ The shapes, by where they are stored:
   `tool_call`, `digest`), None while it does not wait; the answers it receives (`DBOS.recv`
   steps): `{"text", "by", "at"}` or a decision;
 - the result: `messages` (new ones only), `agent`, `context_variables`, `usage`
-  (`restore_contents` puts long tool results back), and a sub-agent's `tool_call_id` (the
-  parent's call it answers, also in its input: `read_run` puts its answer there).
+  (`restore_contents` puts long tool results back), a sub-agent's `tool_call_id` (the
+  parent's call it answers, also in its input: `read_run` puts its answer there), and `output`
+  (`{"value": <JSON>}`) when the agent the run ended on has an `output_type`: its validated
+  answer as JSON, read back as that type through the agent's `output_type` (the log names no
+  type). An addition readers of schema 3 without it ignore, so it keeps the version.
 
 `REPLAY_VERSION` is separate from `SCHEMA_VERSION`: it names DBOS's `application_version`, which
 decides which processes recover and dequeue a run, and changes only when this library can no
@@ -60,8 +72,9 @@ from dbos._error import DBOSAwaitedWorkflowCancelledError
 from dbos._serialization import Serializer
 
 from .. import errors
-from ..errors import DurableSwarmError, RunCancelledError, RunError
+from ..errors import DurableSwarmError, EncryptionKeyError, RunCancelledError, RunError
 from ..usage import Tally, Usage
+from ._sealing import SealedValue, keyring, sealed_key_id
 
 __all__ = [
     "BUDGET_TOPIC",
@@ -71,6 +84,7 @@ __all__ = [
     "MESSAGE_STEPS",
     "REPLAY_VERSION",
     "SCHEMA_VERSION",
+    "SEALED_SCHEMA_VERSION",
     "WAITING_EVENT",
     "WATCHED_WAITS",
     "WORKFLOW_NAME",
@@ -83,15 +97,20 @@ __all__ = [
     "context_snapshot",
     "model_output",
     "naming_run",
+    "public_fields",
+    "raise_unread",
     "restore_contents",
     "result_output",
     "spec_of",
     "step_kind",
     "stored_in_step",
+    "unread_sealed",
 ]
 
 # The version of the stored shapes this library writes (see the module docstring).
 SCHEMA_VERSION = 3
+# The version of a sealed payload (encrypted at rest; see the module docstring).
+SEALED_SCHEMA_VERSION = 4
 # DBOS's application version is `durable-swarm-log-v{REPLAY_VERSION}` (see the module docstring).
 REPLAY_VERSION = 1
 
@@ -203,26 +222,33 @@ def result_output(
     agent: dict[str, Any] | None,
     context_variables: dict[str, Any],
     tally: Tally,
+    output: Any = None,
 ) -> dict[str, Any]:
     """A run's result: the messages it added (long tool results left in their steps: see
-    `stored_in_step`), the reference of the agent it ended on, its context and its usage."""
-    return {
+    `stored_in_step`), the reference of the agent it ended on, its context and its usage; and
+    its structured `output` as JSON, when it has one (None: it has none)."""
+    result = {
         "messages": messages,
         "agent": agent,
         "context_variables": context_variables,
         "usage": tally.to_json(),
     }
+    if output is not None:
+        result["output"] = {"value": output}
+    return result
 
 
 @dataclass
 class StoredResult:
     """A run's result as read back: the messages it added (long tool results restored), the
-    reference (`name`, `fingerprint`) of the agent it ended on, its context and usage."""
+    reference (`name`, `fingerprint`) of the agent it ended on, its context and usage, and its
+    structured output as stored (JSON data; None when it has none)."""
 
     messages: list[dict[str, Any]]
     agent: dict[str, Any] | None
     context_variables: dict[str, Any]
     tally: Tally
+    output: Any = None
 
     @classmethod
     def read(
@@ -235,6 +261,7 @@ class StoredResult:
             output.get("agent") or None,
             output.get("context_variables") or {},
             Tally.from_json(output.get("usage")),
+            (output.get("output") or {}).get("value"),
         )
 
 
@@ -364,6 +391,10 @@ def naming_run(run_id: str) -> Iterator[None]:
     `RunCancelledError` for DBOS's word that the run awaited here was cancelled."""
     try:
         yield
+    except EncryptionKeyError as e:
+        if e.run_id is not None or not e.reason:
+            raise
+        raise EncryptionKeyError(e.reason, key_id=e.key_id, run_id=run_id) from None
     except DurableSwarmError as e:
         if "run_id" in e._fields and e._fields["run_id"] is None:
             e._fields["run_id"] = e.run_id = run_id  # type: ignore[attr-defined]
@@ -374,6 +405,86 @@ def naming_run(run_id: str) -> Iterator[None]:
         raise RunCancelledError(run_id) from None
 
 
+# What stays readable in a sealed payload: these keys of a stored dict (with their whole
+# values), and the run's options in a workflow input (`args`, without `_SPEC_CONTENTS`).
+_PUBLIC_KEYS = (
+    "agent",  # a step's, result's or wait's agent name or reference
+    "usage",  # token counts (and, in a result, per agent name)
+    "model",
+    "cost_usd",
+    "kind",  # what a run waits for: input or approval
+    "wait_id",
+    "source",  # a handoff's agents, rule and reason
+    "target",
+    "rule",
+    "reason",
+)
+_SPEC_CONTENTS = ("messages", "context_variables")
+
+
+def public_fields(value: Any) -> Any:
+    """The part of an encoded payload that a sealed payload keeps readable (see
+    `_PUBLIC_KEYS`): never a message, a context variable, a tool's arguments or result, a
+    person's answer or a stream chunk; an error keeps only its type name."""
+    if not isinstance(value, dict):
+        return None
+    if set(value) == {_ERROR} and isinstance(value[_ERROR], dict):
+        return {_ERROR: {"type": value[_ERROR].get("type")}}
+    public = {key: value[key] for key in _PUBLIC_KEYS if key in value}
+    if isinstance(value.get("args"), list):  # a workflow's input: the run's spec and options
+        public["args"] = [
+            {k: v for k, v in arg.items() if k not in _SPEC_CONTENTS}
+            if isinstance(arg, dict)
+            else None
+            for arg in value["args"]
+        ]
+        public["kwargs"] = {}
+    return public
+
+
+def _locked(public: Any, key_id: str) -> Any:
+    """A sealed payload read without its key: the error for a stored error (so that raising
+    it says why), else its readable fields as a `SealedValue`."""
+    if isinstance(public, dict) and set(public) == {_ERROR}:
+        kind = (public[_ERROR] or {}).get("type") if isinstance(public[_ERROR], dict) else None
+        return EncryptionKeyError(
+            f"its error ({kind or 'unknown type'}) is encrypted and this process has not got "
+            "the key",
+            key_id=key_id,
+        )
+    locked = SealedValue(_decode(public), key_id)
+    args = locked.get("args")
+    if isinstance(args, list):
+        locked["args"] = [SealedValue(a, key_id) if isinstance(a, dict) else a for a in args]
+    return locked
+
+
+_SEALED_PREFIX = json.dumps({"schema_version": SEALED_SCHEMA_VERSION})[:-1]
+
+
+def unread_sealed(value: Any) -> str | None:
+    """The key id of `value` if it is a sealed payload that DBOS could not read and handed back
+    as its stored text (DBOS's listings return a payload that fails to deserialize as text,
+    with a warning): the key of that id is here but does not open it."""
+    if isinstance(value, str) and value.startswith(_SEALED_PREFIX):
+        try:
+            sealed = json.loads(value).get("sealed")
+        except (ValueError, AttributeError):
+            return None
+        return sealed_key_id(sealed) if isinstance(sealed, str) and sealed.count(".") >= 2 else ""
+    return None
+
+
+def raise_unread(run_id: str, *values: Any) -> None:
+    """Raise the `EncryptionKeyError` of the first of `values` that is a sealed payload DBOS
+    could not read (see `unread_sealed`), naming `run_id`."""
+    for value in values:
+        if unread_sealed(value) is not None:
+            with naming_run(run_id):
+                JsonSerializer().deserialize(value)  # raises why it cannot be read
+            raise EncryptionKeyError("the stored payload cannot be read", run_id=run_id)
+
+
 class JsonSerializer(Serializer):
     """DBOS serializer storing versioned JSON (see the module docstring).
 
@@ -382,10 +493,26 @@ class JsonSerializer(Serializer):
     fields); anything else raises `TypeError`. Reading a payload parses JSON and rebuilds only
     this library's error classes; any other stored error comes back as `RunError` with the
     original type name.
+
+    With an encryption key (`_sealing.keyring()`), every payload but None is sealed (schema
+    version 4). A sealed payload read without its key comes back as a `SealedValue` holding its
+    readable fields (an error as `EncryptionKeyError`); with a key of its id that does not open
+    it (another key, changed bytes), reading raises `EncryptionKeyError`.
     """
 
     def serialize(self, data: Any) -> str:
-        return json.dumps({"schema_version": SCHEMA_VERSION, "value": _encode(data)})
+        encoded = _encode(data)
+        ring = keyring() if encoded is not None else None
+        if ring is None:
+            return json.dumps({"schema_version": SCHEMA_VERSION, "value": encoded})
+        sealed = ring.seal_bytes(json.dumps(encoded).encode())
+        return json.dumps(
+            {
+                "schema_version": SEALED_SCHEMA_VERSION,
+                "value": public_fields(encoded),
+                "sealed": sealed,
+            }
+        )
 
     def deserialize(self, serialized_data: str) -> Any:
         payload = json.loads(serialized_data)
@@ -394,12 +521,22 @@ class JsonSerializer(Serializer):
                 "This payload was not written by durable-swarm (no schema_version); was the "
                 "database shared with another DBOS application?"
             )
-        if payload["schema_version"] > SCHEMA_VERSION:
+        sealed = payload.get("sealed")
+        readable = SEALED_SCHEMA_VERSION if isinstance(sealed, str) else SCHEMA_VERSION
+        if payload["schema_version"] > readable:
             raise ValueError(
                 f"This run was written by a newer durable-swarm (log schema "
-                f"{payload['schema_version']}, this one reads up to {SCHEMA_VERSION}); upgrade "
-                "durable-swarm to read it."
+                f"{payload['schema_version']}, this one reads up to {readable}); "
+                "upgrade durable-swarm to read it."
             )
+        if isinstance(sealed, str):
+            ring = keyring()
+            key_id = sealed_key_id(sealed) if sealed.count(".") >= 2 else ""
+            if key_id and (ring is None or not ring.has(key_id)):
+                return _locked(payload.get("value"), key_id)
+            if ring is None:
+                raise EncryptionKeyError("the stored text is not a sealed payload")
+            return _decode(json.loads(ring.open_bytes(sealed)))
         return _decode(payload["value"])
 
     def name(self) -> str:

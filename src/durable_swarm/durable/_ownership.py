@@ -872,6 +872,7 @@ def gate_queues(
     taken: Callable[[Sequence[str], str], None] = lambda ids, queue: None,
     give_back: Callable[[str], bool] = bool,
     starting: Callable[[str], int] = lambda queue: 0,
+    slots: tuple[int, Sequence[str], str] | None = None,
 ) -> None:
     """Make DBOS's queue thread take no run while `ownership` is not confirmed, and tell `taken`
     the ids of the runs it does take and their queue (before it starts them).
@@ -880,6 +881,12 @@ def gate_queues(
     the claim counts them as running here, with those begun (DBOS counts a run against its
     queue's per-worker concurrency only once it begins, and only as of the start of its poll, so
     a second look soon after a claim would overshoot).
+
+    `slots` is `(count, queues, recovery queue)`: this process runs at most `count` runs at once
+    from `queues` together (a worker: its queue and the recovery queue), so a claim from one of
+    them counts the runs of all of them; the recovery queue, whose per-worker limit in DBOS is
+    only a ceiling, gets exactly the free slots. That is how a dead process's runs spread over
+    the live processes instead of going all to the first that looks.
 
     The confirmation is checked again once the claim returns, under the same registration: a
     process paused (or cut off) between the first check and its claim may have been taken for
@@ -891,6 +898,7 @@ def gate_queues(
     """
     sys_db = dbos._sys_db
     plain, partitioned = sys_db.start_queued_workflows, sys_db.start_queued_partitioned_workflows
+    count, shared, recovery = slots if slots is not None else (0, (), "")
 
     def admitted(run_ids: list[str], incarnation: str, queue: str) -> list[str]:
         if run_ids and not (
@@ -902,11 +910,19 @@ def gate_queues(
         taken(run_ids, queue)
         return run_ids
 
-    def load(queue: Any) -> int:
+    def load_of(name: str) -> int:
         # Runs taken but not begun, then those begun (read in this order, a run moving from one
         # to the other in between counts twice, never zero times).
-        taken_here = starting(queue.name)
-        return taken_here + int(dbos._active_workflows_set.count_for_queue(queue.name))
+        taken_here = starting(name)
+        return taken_here + int(dbos._active_workflows_set.count_for_queue(name))
+
+    def load(queue: Any) -> int:
+        if queue.name not in shared:
+            return load_of(queue.name)
+        busy = sum(load_of(name) for name in shared)
+        if queue.name == recovery:  # DBOS's limit is a ceiling: leave exactly the free slots
+            return int(queue._worker_concurrency) - max(0, count - busy)
+        return busy
 
     # DBOS 3.4's calls: start_queued_workflows(queue, executor_id, app_version, partition_key,
     # local_running_count, ...) and start_queued_partitioned_workflows(queue, executor_id,

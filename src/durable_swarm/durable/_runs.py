@@ -13,10 +13,20 @@ from typing import Any
 from dbos import DBOS
 
 from .._messages import final_answer, tool_message
-from ..errors import RunNotFoundError
+from ..errors import EncryptionKeyError, RunNotFoundError
 from ..human import Decision, arguments_digest
 from ..usage import Tally, Usage
-from ._log import WAITING_EVENT, StoredResult, call_usage, context_after, spec_of, step_kind
+from ._log import (
+    WAITING_EVENT,
+    StoredResult,
+    call_usage,
+    context_after,
+    raise_unread,
+    spec_of,
+    step_kind,
+    unread_sealed,
+)
+from ._sealing import SealedValue
 from ._spec import RunSpec
 
 __all__ = [
@@ -24,6 +34,7 @@ __all__ = [
     "STATUSES",
     "RunInfo",
     "StepRecord",
+    "encrypted_text",
     "read_run",
     "run_status",
     "step_outputs",
@@ -57,7 +68,8 @@ _READ_ATTEMPTS = 20
 class StepRecord:
     """One checkpoint of a run.
 
-    `kind` is `model`, `tool`, `handoff`, `wait` (a person's answer or decision), `subagent` (a
+    `kind` is `model`, `tool`, `handoff`, `guardrail` (a guardrail's verdict), `wait` (a
+    person's answer or decision), `subagent` (a
     child run started; `child_run_id` names it), `join` (its result read), or DBOS bookkeeping
     (`event`, `timer`, `stream`, `dbos`). `output` is the step's recorded JSON output.
     """
@@ -87,11 +99,18 @@ class RunInfo:
     `failed`, `cancelled`. `agent` is the name of the agent the run is on (or ended on);
     `messages` are the conversation's messages so far, inputs included; `waiting_for` describes
     the question or tool call the run waits on; `error` the recorded failure, if any.
+    `guardrails` are the verdicts of the guardrails it asked (`guardrail`, `kind`, `agent`,
+    `tripped`, `reason`, and a tool guardrail's `tool` and `tool_call_id`).
     `usage` is the token usage and cost of the run's model calls, its finished sub-agents'
     included (None in a listing of a run that has not finished: `get_run` reads its steps);
     `usage_by_agent` is the same per agent name, sub-agents' agents shown on their own.
     `swarm` is the name of the swarm the run belongs to, whose model client and limits it runs
     with ("default" for runs of releases that did not record it; None if its input is unknown).
+    `output` is a finished run's structured output (its agent's `output_type`) as stored: JSON
+    data, not the typed value (`handle(run_id).result().output` is that).
+    `encrypted` is the id of the encryption key its contents need when this process has not got
+    it (None: nothing is hidden); its messages, context, step contents and error are then not
+    shown, while its status, agents, times, usage and costs are.
     """
 
     run_id: str
@@ -106,6 +125,7 @@ class RunInfo:
     steps: list[StepRecord] = field(default_factory=list)
     transitions: list[dict[str, Any]] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
+    guardrails: list[dict[str, Any]] = field(default_factory=list)
     input_messages: int = 0
     forked_from: str | None = None
     parent: str | None = None
@@ -113,6 +133,8 @@ class RunInfo:
     usage: Usage | None = None
     usage_by_agent: dict[str, Usage] = field(default_factory=dict)
     swarm: str | None = None
+    output: Any = None
+    encrypted: str | None = None
 
     @property
     def cost_usd(self) -> float | None:
@@ -147,7 +169,24 @@ def run_status(dbos_status: str, waiting: dict[str, Any] | None) -> str:
 def _error_text(error: Any) -> str | None:
     if error is None:
         return None
+    if isinstance(error, EncryptionKeyError) and error.key_id:
+        return encrypted_text(error.key_id)
     return str(error)
+
+
+def encrypted_text(key_id: str) -> str:
+    """What is shown in place of contents sealed with the key `key_id`, missing here."""
+    return f"encrypted (needs key {key_id!r})"
+
+
+def _locked_key(*values: Any) -> str | None:
+    """The key id of the first of `values` read without its key (a `SealedValue`)."""
+    for value in values:
+        if isinstance(value, SealedValue):
+            return value.key_id
+        if isinstance(value, EncryptionKeyError) and value.key_id:
+            return value.key_id
+    return None
 
 
 def summarize(status: Any, waiting: dict[str, Any] | None = None) -> RunInfo:
@@ -170,6 +209,9 @@ def summarize(status: Any, waiting: dict[str, Any] | None = None) -> RunInfo:
         usage=tally.total if tally else None,
         usage_by_agent=dict(tally.by_agent) if tally else {},
         swarm=RunSpec.swarm_of(spec) if spec else None,
+        encrypted=_locked_key(status.input, status.output, status.error)
+        or unread_sealed(status.input)
+        or None,
     )
 
 
@@ -178,9 +220,9 @@ def tally_steps(steps: list[StepRecord]) -> Tally:
     tally = Tally()
     for step in steps:
         out = step.output if isinstance(step.output, dict) else {}
-        if step.kind in ("model", "compact") and "message" in out:
+        if step.kind in ("model", "compact") and ("message" in out or isinstance(out, SealedValue)):
             tally.add(step.name, call_usage(out))
-        elif step.kind == "join" and "usage" in out:
+        elif step.kind in ("join", "guardrail") and out.get("usage"):
             tally.merge(Tally.from_json(out["usage"]))
     return tally
 
@@ -235,6 +277,42 @@ def _unanswered(calls: list[dict[str, Any]], answered: Any) -> list[dict[str, An
     return [c for c in calls if c.get("id") != answered] if answered else calls
 
 
+def _guarded(
+    messages: list[dict[str, Any]], blocked: dict[str, dict[str, Any]], verdict: dict[str, Any]
+) -> None:
+    """A tool guardrail's verdict: a withheld result replaced by its rejection, a blocked
+    call's rejection kept in `blocked` until `_place_blocked` puts it in call order (the loop
+    checks every call of a message before it runs any)."""
+    rejection, call_id = verdict.get("message"), verdict.get("tool_call_id")
+    if not verdict.get("tripped") or not isinstance(rejection, dict):
+        return
+    if verdict.get("kind") != "tool_result":
+        blocked[str(call_id)] = dict(rejection)
+        return
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "tool" and messages[i].get("tool_call_id") == call_id:
+            messages[i] = dict(rejection)
+            return
+
+
+def _place_blocked(
+    messages: list[dict[str, Any]],
+    calls: list[dict[str, Any]],
+    blocked: dict[str, dict[str, Any]],
+    upto: Any = None,
+) -> list[dict[str, Any]]:
+    """Append the rejections of the blocked calls that come before the call `upto` (every one
+    when None) in the message's call order; returns the calls still open."""
+    for call in list(calls):
+        call_id = str(call.get("id"))
+        if upto is not None and (call_id == str(upto) or call_id not in blocked):
+            break
+        if call_id in blocked:
+            messages.append(blocked.pop(call_id))
+            calls = _unanswered(calls, call.get("id"))
+    return calls
+
+
 def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
     """The whole run: status plus the messages, context and agent rebuilt from its steps.
 
@@ -244,6 +322,8 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
     `_consistent_read`).
     """
     status, waiting, steps = _consistent_read(run_id, source)
+    raise_unread(run_id, status.input, status.output, status.error, waiting)
+    raise_unread(run_id, *(s["output"] for s in steps), *(s["error"] for s in steps))
     info = summarize(status, waiting)
     spec = spec_of(status)
     info.steps = [step_record(s) for s in steps]
@@ -253,11 +333,14 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
     asked: dict[str, Any] | None = None  # a tool message waiting for the person's answer
     updates: dict[str, Any] = {}  # the current message's `Result` updates, merged after it
     calls: list[dict[str, Any]] = []  # the last assistant message's calls not answered yet
+    blocked: dict[str, dict[str, Any]] = {}  # rejections of calls a guardrail blocked
     for step in info.steps:
         out = step.output if isinstance(step.output, dict) else {}
         if step.kind in ("model", "handoff") and updates:
             context, updates = {**context, **updates}, {}
         if step.kind in ("model", "tool") and "message" in out:
+            upto = out["message"].get("tool_call_id") if step.kind == "tool" else None
+            calls = _place_blocked(messages, calls, blocked, upto)
             messages.append(dict(out["message"]))
             asked = messages[-1] if out.get("ask") else None
             if step.kind == "model":
@@ -272,8 +355,12 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
             answered = out.get("tool_call_id") or calls[0].get("id")
             call = next((c for c in calls if c.get("id") == answered), None)
             if call is not None:
+                calls = _place_blocked(messages, calls, blocked, answered)
                 messages.append(tool_message(call, final_answer(out["messages"])))
                 calls = _unanswered(calls, answered)
+        if step.kind == "guardrail" and out:
+            info.guardrails.append(out)
+            _guarded(messages, blocked, out)
         if step.kind == "handoff":
             info.transitions.append(out)
             agent = out.get("target") or agent
@@ -290,17 +377,21 @@ def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
                     if c.get("id") == out.get("tool_call_id")
                     and out.get("digest") in (None, arguments_digest(c))  # the loop ignores others
                 ]
+                calls = _place_blocked(messages, calls, blocked, out.get("tool_call_id"))
                 if rejected and not out.get("approved"):  # the loop answers the model for it
                     text = Decision.from_json(out).tool_message(rejected[0])
                     messages.append(tool_message(rejected[0], text))
                     calls = _unanswered(calls, out.get("tool_call_id"))
+    _place_blocked(messages, calls, blocked)
     # `updates` still pending belong to a message whose calls have not all run: not merged yet
     if isinstance(status.output, dict):
         stored = StoredResult.read(status.output, lambda: [(s.step, s.output) for s in info.steps])
         messages = list(spec.get("messages") or []) + stored.messages
         context = stored.context_variables
         agent = (stored.agent or {}).get("name", agent)
+        info.output = stored.output
     info.messages, info.context_variables, info.agent = messages, context, agent
+    info.encrypted = info.encrypted or _locked_key(waiting, *(s.output for s in info.steps))
     tally = tally_steps(info.steps)
     info.usage, info.usage_by_agent = tally.total, dict(tally.by_agent)
     return info

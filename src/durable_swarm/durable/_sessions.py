@@ -31,6 +31,7 @@ import sqlalchemy as sa
 from .._aio import off_event_loop
 from ..errors import DurableSwarmError, SessionBusyError, SessionNotFoundError
 from ..sessions import SessionInfo, check_session_name
+from ._sealing import is_sealed, keyring, open_sealed, seal
 from ._tables import engine_for, engine_with, missing_table
 
 __all__ = [
@@ -76,20 +77,22 @@ CREATE TABLE IF NOT EXISTS {SESSION_RUNS_TABLE} (
 """
 
 
-def encode_payload(messages: list[dict[str, Any]]) -> str:
-    """A session's conversation as stored: JSON with its `schema_version`. The one place a
-    session's messages are written (with `decode_payload`, the one place they are read)."""
-    return json.dumps(
-        {"schema_version": PAYLOAD_VERSION, "messages": messages},
-        ensure_ascii=False,
-        allow_nan=False,
-    )
+def encode_payload(messages: list[dict[str, Any]], name: str) -> str:
+    """Session `name`'s conversation as stored: JSON with its `schema_version`, sealed with
+    this process's encryption key when it has one (AES-GCM, bound to the session's name, see
+    `_sealing`). The one place a session's messages are written (with `decode_payload`, the one
+    place they are read)."""
+    data = {"schema_version": PAYLOAD_VERSION, "messages": messages}
+    if keyring() is not None:
+        return seal(data, bind=_bind(name))
+    return json.dumps(data, ensure_ascii=False, allow_nan=False)
 
 
-def decode_payload(text: str) -> list[dict[str, Any]]:
-    """The conversation `encode_payload` stored (raises `DurableSwarmError` for a payload of a
-    newer release, or one this library did not write)."""
-    data = json.loads(text)
+def decode_payload(text: str, name: str) -> list[dict[str, Any]]:
+    """The conversation `encode_payload` stored for session `name` (raises
+    `EncryptionKeyError` for a sealed one this process has no key for, and `DurableSwarmError`
+    for a payload of a newer release, or one this library did not write)."""
+    data = open_sealed(text, bind=_bind(name)) if is_sealed(text) else json.loads(text)
     version = data.get("schema_version") if isinstance(data, dict) else None
     if not isinstance(version, int) or not isinstance(data.get("messages"), list):
         raise DurableSwarmError(
@@ -102,6 +105,10 @@ def decode_payload(text: str) -> list[dict[str, Any]]:
             f"one reads up to {PAYLOAD_VERSION}). Upgrade durable-swarm in this process."
         )
     return list(data["messages"])
+
+
+def _bind(name: str) -> str:
+    return f"session:{name}"
 
 
 def _now() -> str:
@@ -146,7 +153,7 @@ class SessionStore:
                     "version, created_at, updated_at) VALUES (:n, :p, 0, 0, 0, :at, :at) "
                     "ON CONFLICT (name) DO NOTHING"
                 ),
-                {"n": name, "p": encode_payload([]), "at": now},
+                {"n": name, "p": encode_payload([], name), "at": now},
             )
             row = conn.execute(
                 sa.text(f"SELECT held_by, held_at FROM {SESSIONS_TABLE} WHERE name = :n"),
@@ -173,7 +180,7 @@ class SessionStore:
                 sa.text(f"SELECT payload, version FROM {SESSIONS_TABLE} WHERE name = :n"),
                 {"n": name},
             ).one()
-        return decode_payload(payload), int(version)
+        return decode_payload(payload, name), int(version)
 
     def release(self, name: str, run_id: str) -> None:
         """Let go of `name` if `run_id` holds it (its run could not be started)."""
@@ -221,7 +228,7 @@ class SessionStore:
                         "held_by = NULL, held_at = NULL, runs = runs + 1, version = version + 1, "
                         f"last_run = :run, updated_at = :at WHERE name = :n AND {condition}"
                     ),
-                    {"p": encode_payload(messages), "c": len(messages), "run": run_id,
+                    {"p": encode_payload(messages, name), "c": len(messages), "run": run_id,
                      "at": now, "n": name, "old": holder, "v": version},
                 )  # fmt: skip
                 if updated.rowcount == 1:
@@ -260,7 +267,7 @@ class SessionStore:
         live = holder is not None and self._live(holder, held_at)
         return SessionInfo(
             name=name,
-            messages=decode_payload(payload),
+            messages=decode_payload(payload, name),
             held_by=holder if live else None,
             runs=int(runs),
             last_run=last_run,
@@ -291,7 +298,7 @@ class SessionStore:
         if holder is None or not self._live(holder, held_at):
             condition = "held_by IS NULL" if holder is None else "held_by = :old"
             with self._engine().begin() as conn:
-                params = {"n": name, "p": encode_payload([]), "at": _now(), "old": holder}
+                params = {"n": name, "p": encode_payload([], name), "at": _now(), "old": holder}
                 changed = conn.execute(sa.text(f"{statement} AND {condition}"), params)
                 if changed.rowcount == 1:
                     if doing == "deleted":

@@ -7,7 +7,7 @@ import logging
 import queue
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -19,6 +19,7 @@ from .._signature import takes_run
 from ..compaction import check_compact_at
 from ..errors import AgentNotFoundError, DurableSwarmError
 from ..loop import RunRequest, known_agents
+from ..output import from_json as output_from_json
 from ..sessions import check_session_name
 from ..swarm import default_model
 from ..types import Agent, Response
@@ -29,10 +30,14 @@ from ._database import resolve_database_url
 from ._failures import DEFAULT_MODEL_RETRIES
 from ._log import StoredResult, naming_run, spec_of
 from ._ownership import timing
+from ._retention import Retention
 from ._runs import RunInfo, read_run, step_outputs
+from ._sealing import configure as configure_keys
+from ._sealing import require
 from ._sessions import SessionCommands, SessionStore
 from ._spec import DEFAULT_SWARM, RunSpec, check_swarm_name
 from ._swarms import SwarmSettings, registry
+from ._sweeper import start_sweeper
 from ._values import DEFAULT_MAX_RESULT_CHARS, check_input, check_messages
 from ._workflow import EVENTS_STREAM, HOST, WAITING_EVENT, run_workflow
 
@@ -47,6 +52,7 @@ logger = logging.getLogger("durable_swarm")
 def _response(run_id: str, output: dict[str, Any]) -> Response:
     """A run's stored result as a `Response`; the agent is the live object when there is one, and
     long tool results are read back from the steps that store them."""
+    require(output, run_id, "its result")
     stored = StoredResult.read(output, lambda: step_outputs(DBOS, run_id))
     agent: Any = None
     if stored.agent:
@@ -60,7 +66,26 @@ def _response(run_id: str, output: dict[str, Any]) -> Response:
         context_variables=stored.context_variables,
         usage=stored.tally.total,
         usage_by_agent=stored.tally.by_agent,
+        output=_typed_output(run_id, agent, stored.output),
     )
+
+
+def _typed_output(run_id: str, agent: Any, data: Any) -> Any:
+    """A run's stored structured output as its agent's `output_type` (the stored JSON when the
+    agent is not defined here, or its type no longer fits the data, with a warning)."""
+    if data is None or not isinstance(agent, Agent) or agent.output_type is None:
+        return data
+    try:
+        return output_from_json(agent, data)
+    except ValueError as e:  # pydantic's ValidationError: the agent's code changed
+        logger.warning(
+            "Run %s: its stored output no longer fits %s's output_type (%s); Response.output "
+            "holds the stored JSON instead.",
+            run_id,
+            agent.name,
+            (str(e).splitlines() or [""])[0],
+        )
+        return data
 
 
 def _begin_trace(run_id: str, agent: Agent, spec: RunSpec) -> RunSpec:
@@ -102,8 +127,9 @@ def _through_thread(produce: Callable[[], Iterator[Any]]) -> Iterator[Any]:
         yield value
 
 
-def _events(items: Iterator[Any]) -> Iterator[dict[str, Any]]:
+def _events(items: Iterator[Any], run_id: str) -> Iterator[dict[str, Any]]:
     for item in items:
+        require(item, run_id, "its stream events")
         if isinstance(item, dict) and "event" in item:
             yield item["event"]
 
@@ -260,7 +286,7 @@ class RunHandle:
 
     def _events(self) -> Iterator[dict[str, Any]]:
         stream = DBOS.read_stream(self.run_id, EVENTS_STREAM, polling_interval_sec=_POLL_SECONDS)
-        yield from _events(stream)
+        yield from _events(stream, self.run_id)
         yield {"response": self.result()}
 
     async def aevents(self) -> AsyncIterator[dict[str, Any]]:
@@ -269,6 +295,7 @@ class RunHandle:
             self.run_id, EVENTS_STREAM, polling_interval_sec=_POLL_SECONDS
         )
         async for item in stream:
+            require(item, self.run_id, "its stream events")
             if isinstance(item, dict) and "event" in item:
                 yield item["event"]
         yield {"response": await self.aresult()}
@@ -327,6 +354,18 @@ class DurableSwarm(RunCommands, SessionCommands):
     database: the run starts from its messages and adds its own when it succeeds; a second run
     of a session held by a live run raises `SessionBusyError`. `list_sessions`, `get_session`,
     `clear_session` and `delete_session` read and change them (see `durable_swarm.sessions`).
+        encryption_key: encrypt every payload this process stores (messages, context,
+            tool arguments and results, answers, stream chunks) with AES-GCM: an `id:key` list
+            (a comma-separated string or a sequence; the first key encrypts, all decrypt),
+            instead of `DURABLE_SWARM_ENCRYPTION_KEY`. One keyring per process: the last one
+            given wins. Needs `pip install 'durable-swarm[crypto]'`
+            (docs/guides/encryption.md).
+        retention: how long finished runs are kept: a `Retention`, a dict like
+            `{"succeeded": "30d", "failed": "90d", "cancelled": "7d"}` or text like
+            `"succeeded=30d,failed=90d"`; default `DURABLE_SWARM_RETENTION`, else none (runs
+            are kept for good). Once DBOS is launched, this process deletes the runs past
+            their age in the background, in small batches, one process of the database at a
+            time; never a run in flight (see `durable_swarm.durable.Retention`).
 
     A swarm serves its name while the program holds it (or until `close()`). Two live swarms of
     one name in a process: the later one serves the runs recovered or dequeued here (a warning
@@ -359,7 +398,11 @@ class DurableSwarm(RunCommands, SessionCommands):
         name: str = DEFAULT_SWARM,
         compact_at: int | str | None = None,
         compactor: Callable[[list[dict[str, Any]]], str] | None = None,
+        encryption_key: str | Sequence[str] | None = None,
+        retention: Retention | Mapping[str, Any] | str | None = None,
     ) -> None:
+        if encryption_key is not None:
+            configure_keys(encryption_key)
         if isinstance(max_result_chars, bool) or not isinstance(max_result_chars, int):
             raise TypeError(f"max_result_chars must be an int, got {max_result_chars!r}")
         if max_result_chars < 1:
@@ -381,6 +424,7 @@ class DurableSwarm(RunCommands, SessionCommands):
         self.compact_at = check_compact_at(compact_at)
         self.compactor = compactor
         self._name = check_swarm_name(name)
+        self.retention = Retention.of(retention) if retention is not None else Retention.from_env()
         registry.add(self)
 
     def __repr__(self) -> str:
@@ -427,6 +471,9 @@ class DurableSwarm(RunCommands, SessionCommands):
             heartbeat_interval=self.heartbeat_interval,
             dead_after=self.dead_after,
         )
+        if self.retention is not None:
+            url = _dbos.launched_url() or self.database_url
+            start_sweeper(DBOS, url, self.retention, _dbos.executor_id())
         return self
 
     # --- starting runs -------------------------------------------------------------------

@@ -13,12 +13,28 @@ import sqlalchemy as sa
 
 from ._database import create_engine
 
-__all__ = ["engine_for", "engine_with", "missing_table", "text_columns"]
+__all__ = [
+    "RUN_TABLES",
+    "engine_for",
+    "engine_with",
+    "forget_runs",
+    "missing_table",
+    "text_columns",
+]
 
 logger = logging.getLogger("durable_swarm")
 _engines: dict[str, sa.Engine] = {}
 _made: set[tuple[str, str]] = set()
 _lock = threading.Lock()
+
+# Every table of this library that keeps rows for a run, with its run id column: deleting a run
+# (`runs delete`, `runs prune`, retention) deletes its rows here too. A new such table is added
+# here (tests/durable/test_retention.py checks the known ones are).
+RUN_TABLES: tuple[tuple[str, str], ...] = (
+    ("durable_swarm_decisions", "run_id"),
+    ("durable_swarm_notices", "run_id"),
+    ("durable_swarm_session_runs", "run_id"),
+)
 
 
 def engine_for(database_url: str) -> sa.Engine:
@@ -97,3 +113,21 @@ DO $$ BEGIN
 END $$
 """
     }
+
+
+def forget_runs(database_url: str, run_ids: list[str]) -> None:
+    """Delete the rows of `run_ids` from every table of `RUN_TABLES` (a table not created yet
+    holds none)."""
+    if not run_ids:
+        return
+    engine = engine_for(database_url)
+    for table, column in RUN_TABLES:
+        query = sa.text(f"DELETE FROM {table} WHERE {column} IN :ids").bindparams(
+            sa.bindparam("ids", expanding=True)
+        )
+        try:
+            with engine.begin() as conn:  # one transaction per table: PostgreSQL aborts a
+                conn.execute(query, {"ids": list(run_ids)})  # transaction at a missing table
+        except sa.exc.DBAPIError as e:
+            if not missing_table(e):
+                raise

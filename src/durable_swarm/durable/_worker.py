@@ -1,9 +1,11 @@
 """Workers: processes that serve durable runs from a DBOS queue.
 
 `run_worker("module:app", queue=..., concurrency=...)` imports the app's module (which defines the
-agents, tools and model client), launches DBOS listening only to `queue` (plus DBOS's internal
-queue, which carries recovered runs), registers the queue with a per-worker concurrency limit and
-serves until SIGTERM or SIGINT. A thin client (`DurableClient`) enqueues runs by agent name.
+agents, tools and model client), launches DBOS listening only to `queue` (plus the queues of
+recovered runs: DBOS's internal queue and `_dbos.RECOVERY_QUEUE`), registers the queue with a
+per-worker concurrency limit and serves until SIGTERM or SIGINT. The concurrency covers the
+runs of dead processes it takes over too. A thin client (`DurableClient`) enqueues runs by agent
+name.
 
 A worker is a process like any other that launches DBOS (see `durable._ownership`): its own
 executor id, a heartbeat, the takeover of dead processes' runs, and no queue work while its
@@ -19,6 +21,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 import sqlalchemy as sa
@@ -31,7 +34,10 @@ from ._client import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, DEFAULT_SHUTDOWN_GRACE
 from ._database import describe_fault, display_url, resolve_database_url
 from ._imports import is_model_client, load_target
 from ._ownership import new_executor_id, on_taken_policy, timing
+from ._retention import Retention
+from ._sealing import configure as configure_keys
 from ._swarm import DurableSwarm
+from ._sweeper import start_sweeper
 from ._workflow import HOST
 
 __all__ = ["Worker", "run_worker"]
@@ -53,7 +59,11 @@ class Worker:
         poll_interval: float = 0.5,
         out: TextIO | None = None,
         on_executor_id_taken: str | None = None,
+        encryption_key: str | Sequence[str] | None = None,
+        retention: Retention | Mapping[str, Any] | str | None = None,
     ) -> None:
+        if encryption_key is not None:
+            configure_keys(encryption_key)
         if not queue:
             raise DurableSwarmError("A worker needs a queue name (--queue NAME).")
         if not isinstance(concurrency, int) or concurrency < 1:
@@ -68,6 +78,7 @@ class Worker:
         self.heartbeat_interval, self.dead_after = timing(heartbeat_interval, dead_after)
         self.poll_interval = poll_interval
         self.on_executor_id_taken = on_taken_policy(on_executor_id_taken)
+        self.retention = Retention.of(retention)
         self._database_url = database_url
         self._executor_id = executor_id
         self.database_url = ""
@@ -84,13 +95,15 @@ class Worker:
         print(f"durable-swarm worker: {text}", file=self._out, flush=True)
 
     def _print_run_events(self) -> None:
-        """One line per run event (`durable_swarm.runs`) on this worker's output."""
+        """One line per run event (`durable_swarm.runs`) and per retention batch
+        (`durable_swarm.retention`) on this worker's output."""
         handler = logging.StreamHandler(self._out)
         handler.setFormatter(logging.Formatter("durable-swarm worker: %(message)s"))
-        runs = logging.getLogger("durable_swarm.runs")
-        runs.addHandler(handler)
-        runs.setLevel(logging.INFO)
-        runs.propagate = False
+        for name in ("durable_swarm.runs", "durable_swarm.retention"):
+            events = logging.getLogger(name)
+            events.addHandler(handler)
+            events.setLevel(logging.INFO)
+            events.propagate = False
 
     def start(self) -> Worker:
         """Import the target, launch DBOS on the queue and start the heartbeat; returns self."""
@@ -113,9 +126,11 @@ class Worker:
             url = url or obj.database_url
             self._executor_id = self._executor_id or obj.executor_id
             listener_poll = obj.poll_interval
+            self.retention = self.retention or obj.retention
         elif is_model_client(obj):
             HOST.default_client = obj
         self.database_url = resolve_database_url(url)
+        self.retention = self.retention or Retention.from_env()
         self.executor_id = self._executor_id or new_executor_id("worker")
         _dbos.ensure_launched(
             self.database_url,
@@ -127,6 +142,7 @@ class Worker:
             dead_after=self.dead_after,
             say=self._say,
             on_executor_id_taken=self.on_executor_id_taken,
+            slots=self.concurrency,
         )
         self._launched = True
         self.executor_id = _dbos.executor_id()  # a fresh one if the one asked for was taken
@@ -143,6 +159,9 @@ class Worker:
             f"{self.poll_interval:g} s when idle, heartbeat every "
             f"{self.heartbeat_interval:g} s (dead after {self.dead_after:g} s); agents: {agents}"
         )
+        if self.retention is not None:
+            self._say(f"retention: {self.retention.describe()}")
+            start_sweeper(DBOS, self.database_url, self.retention, self.executor_id)
         return self
 
     def _register_queue(self) -> None:
@@ -289,6 +308,8 @@ def run_worker(
     out: TextIO | None = None,
     shutdown_grace: float | None = DEFAULT_SHUTDOWN_GRACE,
     on_executor_id_taken: str | None = None,
+    encryption_key: str | Sequence[str] | None = None,
+    retention: Retention | Mapping[str, Any] | str | None = None,
 ) -> None:
     """Serve durable runs from `queue` until SIGTERM or SIGINT (`durable-swarm worker`).
 
@@ -305,6 +326,8 @@ def run_worker(
             limit; it is stored with the queue, so the last worker to start sets it for all
             the workers of the queue). A run waiting for a person gives its slot back while
             it waits; once answered, it takes the next free slot before any new run does.
+            The runs of dead processes that this worker takes over count against it too, so
+            they spread over the live workers.
         database_url: the run database (default: the `DurableSwarm`'s, else resolved like
             `DurableSwarm`'s: `DURABLE_SWARM_DATABASE_URL`, `DBOS_SYSTEM_DATABASE_URL`, then
             `durable_swarm.sqlite`). Workers on several machines need PostgreSQL.
@@ -317,6 +340,8 @@ def run_worker(
             naming it (host, pid, last heartbeat), "fresh" takes the id `<id>-<random>`,
             "wait" starts once it has stopped or died. Default
             `DURABLE_SWARM_ON_EXECUTOR_ID_TAKEN`, else "error".
+        encryption_key: the keys of encrypted runs (an `id:key` list, the first encrypts),
+            instead of `DURABLE_SWARM_ENCRYPTION_KEY`; see `DurableSwarm`.
         heartbeat_interval: seconds between heartbeats (and looks for dead processes);
             default `DURABLE_SWARM_HEARTBEAT_INTERVAL`, else 5.
         dead_after: seconds without a heartbeat after which a process counts as dead and its
@@ -334,6 +359,9 @@ def run_worker(
             may run. Set it above your longest tool. A program that goes on after this
             function returns is not ended. Only when serving from the main thread; None
             waits for good.
+        retention: the policy this worker applies in the background (see `Retention`): a
+            `Retention`, a dict, or text like "succeeded=30d,failed=90d,cancelled=7d"; default
+            the `DurableSwarm`'s, else `DURABLE_SWARM_RETENTION`, else none.
 
     Raises `DurableSwarmError` for a bad target or setting, and `DatabaseUnavailableError` when
     the database cannot be opened. A worker taken for dead (paused or cut off for longer than
@@ -356,6 +384,8 @@ def run_worker(
         poll_interval=poll_interval,
         out=out,
         on_executor_id_taken=on_executor_id_taken,
+        encryption_key=encryption_key,
+        retention=retention,
     )
     in_main = threading.current_thread() is threading.main_thread()
     worker._exit_grace = shutdown_grace if in_main else None  # the process is the worker's

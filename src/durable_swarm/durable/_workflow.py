@@ -1,6 +1,7 @@
 """The durable run: a DBOS workflow that drives the shared turn loop through DBOS steps.
 
-Each model call is one step (`model:<agent>`), each tool call one step (`tool:<name>`), and the
+Each model call is one step (`model:<agent>`), each tool call one step (`tool:<name>`), each
+guardrail verdict one step (`guardrail:<name>`), and the
 tool list of each MCP server the run meets one step (`tools:<server>`), so a replay offers the
 same tools even if the server changed. Step outputs are JSON: the assistant message, the token
 usage the server reported, the model name requested and the call's price in USD (None if
@@ -31,7 +32,7 @@ import sqlalchemy as sa
 from dbos import DBOS, SetWorkflowID, StepOptions
 from dbos._error import DBOSBaseException, DBOSWorkflowCancelledError, DBOSWorkflowConflictIDError
 
-from .. import _registry, model, tracing
+from .. import _registry, guardrails, model, tracing
 from .._aio import blocking_executor, is_async_callable, run_in
 from ..compaction import Summarize, session_messages
 from ..errors import (
@@ -39,9 +40,11 @@ from ..errors import (
     BudgetExceededError,
     DatabaseFaultError,
     DurableSwarmError,
+    EncryptionKeyError,
     SwarmNotFoundError,
     ToolResultNotSerializableError,
 )
+from ..guardrails import CheckGuardrail, Parallel
 from ..handoffs import AfterWorkOption
 from ..human import arguments_digest
 from ..loop import (
@@ -53,7 +56,8 @@ from ..loop import (
     WaitForInput,
     turn_loop,
 )
-from ..runtime import _debug_tool, adrive
+from ..output import to_json as output_json
+from ..runtime import InMemoryRuntime, _debug_tool, _no_person, _unless_failed, adrive
 from ..subagents import delegation_task, final_answer, is_delegation
 from ..tools import (
     ToolOutcome,
@@ -85,6 +89,7 @@ from ._log import (
     stored_in_step,
 )
 from ._notices import Notices
+from ._sealing import SealedValue, require
 from ._sessions import SessionStore
 from ._spec import RunSpec, agent_ref, encode_target
 from ._swarms import DEFAULTS, SwarmSettings, registry
@@ -197,16 +202,24 @@ class RunHost:
         self.remember(run_id, agent)
         return agent
 
+    async def await_key(self, run_id: str, value: Any, what: str) -> None:
+        """Go on only if `value`, read from the run's log, was opened: a payload sealed with a
+        key this process has not got leaves the run pending as `await_agent` does (a notice,
+        then back to its queue for a process that has the key), never run on its readable
+        fields alone."""
+        if isinstance(value, SealedValue):
+            await self.await_known(run_id, lambda: require(value, run_id, what), "its key")
+
     async def await_known(self, run_id: str, lookup: Callable[[], Any], what: str) -> Any:
         """`lookup()`, retried as `await_agent` waits while it raises `AgentNotFoundError` (or
-        `SwarmNotFoundError`), until this process knows `what` it names (an agent, a function
-        of a handoff rule, or a swarm)."""
+        `SwarmNotFoundError`, or `EncryptionKeyError`), until this process knows `what` it names
+        (an agent, a function of a handoff rule, a swarm, or the key of its stored data)."""
         since = checked = time.monotonic()
         noticed = False
         while True:
             try:
                 found = lookup()
-            except (AgentNotFoundError, SwarmNotFoundError) as e:
+            except (AgentNotFoundError, SwarmNotFoundError, EncryptionKeyError) as e:
                 if not noticed:
                     noticed = True
                     await asyncio.to_thread(self._notice, run_id, what, e)
@@ -229,14 +242,18 @@ class RunHost:
             return found
 
     def _notice(
-        self, run_id: str, what: str, error: AgentNotFoundError | SwarmNotFoundError
+        self,
+        run_id: str,
+        what: str,
+        error: AgentNotFoundError | SwarmNotFoundError | EncryptionKeyError,
     ) -> None:
         """Tell the log and every reader of the run that it waits for `what` (an agent...)."""
-        remedy = (
-            f"create DurableSwarm(..., name={error.swarm_name!r}) in a worker"
-            if isinstance(error, SwarmNotFoundError)
-            else "import it in a worker"
-        )
+        if isinstance(error, SwarmNotFoundError):
+            remedy = f"create DurableSwarm(..., name={error.swarm_name!r}) in a worker"
+        elif isinstance(error, EncryptionKeyError):
+            remedy = f"give a worker the encryption key {error.key_id!r}"
+        else:
+            remedy = "import it in a worker"
         notice = (
             f"waiting for {what}: {remedy} (or the process that runs this run); the run "
             f"stays pending and loses nothing. ({error})"
@@ -503,6 +520,7 @@ class DurableRuntime:
             raise failure from None
         finally:
             gate.leave()  # recorded (or failed): no longer in flight
+        await HOST.await_key(self.run_id, output, f"step 'model:{sender}'")
         self.tally.add(sender, call_usage(output))
         message: dict[str, Any] = output["message"]
         return message
@@ -602,6 +620,7 @@ class DurableRuntime:
                 message = await DBOS.recv_async(effect.kind, timeout_seconds=0)
             else:
                 message = await DBOS.recv_async(effect.kind, timeout_seconds=WAIT_SECONDS)
+            await HOST.await_key(self.run_id, message, "an answer")
             if not isinstance(message, dict):
                 continue
             if effect.kind == "input":
@@ -653,6 +672,62 @@ class DurableRuntime:
         with _drain.step(self.run_id, name) as gate:
             listing: list[dict[str, Any]] = await DBOS.run_step_async({"name": name}, list_step)
         return listing
+
+    async def acheck_guardrail(
+        self, effect: CheckGuardrail, reservation: Any = None
+    ) -> dict[str, Any]:
+        """A guardrail's verdict, recorded as a step (`guardrail:<name>`; at `reservation`, a
+        step id drawn earlier, when given): a replay reads it and never asks again. A guardrail
+        agent's conversation runs inside the step, with the run's client; its usage is part of
+        the verdict, so the run's tally counts it on replay too."""
+        name = f"guardrail:{effect.guardrail.name}"
+        what = f"Guardrail {effect.guardrail.name!r}"
+        gate = _drain.Admission(f"run {self.run_id}, step '{name}'")
+        used = Tally()
+
+        async def ask(agent: Any, messages: list[dict[str, Any]]) -> str:
+            child = InMemoryRuntime(self.client, _no_person(agent), prices=self.prices)
+            response = await adrive(turn_loop(RunRequest(agent, messages)), child)
+            used.merge(child.tally)
+            return final_answer(response.messages)
+
+        async def guardrail_step() -> dict[str, Any]:
+            await gate.aenter()  # a stopping process begins no new step (`_drain`)
+            with user_code(self.run_id, what):
+                verdict = await guardrails.acheck(effect, ask)
+            if used.by_agent:
+                verdict["usage"] = used.to_json()
+            return verdict
+
+        options: StepOptions = {"name": name}
+        try:
+            if reservation is not None:
+                verdict = await reservation.run_async(options, guardrail_step)
+            else:
+                verdict = await DBOS.run_step_async(options, guardrail_step)
+        finally:
+            gate.leave()
+        if verdict.get("usage"):
+            self.tally.merge(Tally.from_json(verdict["usage"]))
+        run_log.info(
+            "run %s: guardrail %s %s%s", self.run_id, effect.guardrail.name,
+            "tripped" if verdict.get("tripped") else "passed",
+            f": {verdict.get('reason')}" if verdict.get("tripped") else "",
+        )  # fmt: skip
+        return verdict
+
+    async def aparallel(self, effect: Parallel) -> list[Any]:
+        """The first model call with the input guardrails asked at the same time. Each
+        guardrail's step id is drawn first (`DBOS.reserve_step`), then the model call takes
+        the next ones, so the log's step order is the same however the two interleave."""
+        call, *checks = effect.effects
+        reserved = [DBOS.reserve_step() for _ in checks]
+        results = await asyncio.gather(
+            self.acall_model(call),
+            *(self.acheck_guardrail(c, r) for c, r in zip(checks, reserved, strict=True)),
+            return_exceptions=True,
+        )
+        return _unless_failed(list(results))
 
     async def acall_tool(self, effect: ToolInvocation) -> ToolOutcome:
         name = effect.call["function"]["name"]
@@ -720,6 +795,7 @@ class DurableRuntime:
                 output = await sync_step(options, sync_tool_step, executor_for_tool(function))
         finally:
             gate.leave()  # recorded (or failed): no longer in flight
+        await HOST.await_key(self.run_id, output, f"step 'tool:{name}'")
         target = await decode_target(self.run_id, output.get("handoff"))
         context = context_after(effect.context_variables, output)
         if isinstance(output.get("step"), int):
@@ -851,6 +927,7 @@ async def run_workflow(stored: dict[str, Any]) -> dict[str, Any]:
     assert run_id is not None
     _dbos.note_entered(run_id)  # DBOS lists it as running now (see `_dbos.busy_runs`)
     try:
+        await HOST.await_key(run_id, stored, "its input")
         spec = RunSpec.from_json(stored)
         run_log.info(
             "run %s: agent %s of swarm %s, running here", run_id, spec.agent["name"], spec.swarm
@@ -936,19 +1013,21 @@ async def _run(run_id: str, spec: RunSpec) -> dict[str, Any]:
     finally:
         if run.stream:
             await DBOS.close_stream_async(EVENTS_STREAM)
-    output = result_output(
+    typed = response.output  # the answer of `response.agent`, in its output_type
+    result = result_output(
         runtime.compact(response.messages),
         agent_ref(response.agent) if response.agent is not None else None,
         response.context_variables,
         runtime.tally,
+        None if typed is None else output_json(response.agent, typed),
     )
     if spec.tool_call_id:  # a sub-agent: the parent's call it answers (see `read_run`)
-        output["tool_call_id"] = spec.tool_call_id
+        result["tool_call_id"] = spec.tool_call_id
     if spec.session is not None:
         history = [*spec.messages, *response.messages]
         kept = session_messages(history, runtime.compaction)
         await _finish_session(run_id, spec.session, kept, spec.session_version)
-    return output
+    return result
 
 
 async def _finish_session(

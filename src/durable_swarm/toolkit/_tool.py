@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, overload
 
+from ..guardrails import as_guardrail
 from ..tools import TOOL_SPEC_ATTR, ToolSpec, tool_name
 
 __all__ = ["tool"]
@@ -103,6 +104,7 @@ def tool(
     timeout: float | None = None,
     retries: int = 0,
     needs_approval: bool = False,
+    guardrails: Sequence[Any] = (),
 ) -> Callable[[F], F]: ...
 
 
@@ -115,6 +117,7 @@ def tool(
     timeout: float | None = None,
     retries: int = 0,
     needs_approval: bool = False,
+    guardrails: Sequence[Any] = (),
 ) -> F | Callable[[F], F]:
     """Mark a function as a tool, with options; usable bare (`@tool`) or called (`@tool(...)`).
 
@@ -130,6 +133,9 @@ def tool(
             (not retried); the call itself is not stopped (see `ToolSpec.timeout`).
         retries: how many more times a call that raised is tried before it becomes an error.
         needs_approval: the run pauses before each call until a person approves or rejects it.
+        guardrails: guardrails of this tool (functions, agents or `guardrails.Guardrail`s),
+            checked with the agent's `tool_guardrails`: on the arguments before the tool runs,
+            or on its result (`@guardrail(when="after")`); see `durable_swarm.guardrails`.
 
     Options are checked here, so a mistake fails when the module is imported, not mid-run.
     Applying `@tool` again to the same function replaces its options.
@@ -141,6 +147,7 @@ def tool(
         timeout=None if timeout is None else float(timeout),
         retries=retries,
         needs_approval=needs_approval,
+        guardrails=tuple(as_guardrail(g) for g in guardrails),
     )
     if func is None:
         return lambda f: _attach(f, spec)

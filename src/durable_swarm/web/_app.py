@@ -31,6 +31,7 @@ from starlette.responses import StreamingResponse
 from .._terminal import clean
 from ..durable._client import DurableClient
 from ..durable._listing import RunFilter
+from ..durable._retention import Retention
 from ..durable._runs import STATUSES
 from ..errors import DurableSwarmError, RunNotFoundError, SessionNotFoundError
 from ._feeds import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_CLIENT, RunFeeds, StreamLimit
@@ -418,11 +419,18 @@ def create_app(
             "total": len(found) if total is None else total,
         }
 
+    @app.get("/api/retention", tags=["retention"])
+    def retention() -> dict[str, Any]:
+        """Retention on the run database: the policies in force, the processes applying them
+        (when each last swept, how many runs that deleted) and the runs deleted so far by
+        status."""
+        return client.retention_status().to_json()
+
     @app.get("/metrics", tags=["metrics"], response_class=Response)
     def metrics() -> Response:
-        """Prometheus text format: runs by status, steps, model calls, tokens, latency, and
-        the console's live streams (open, runs watched, polls)."""
-        text = metrics_text(client.runs.query, feeds)
+        """Prometheus text format: runs by status, steps, model calls, tokens, latency, runs
+        deleted by retention, and the console's live streams (open, runs watched, polls)."""
+        text = metrics_text(client.runs.query, feeds, client.retention_status())
         return Response(text, media_type="text/plain; version=0.0.4")
 
     @app.get("/api/sessions", tags=["sessions"])
@@ -533,6 +541,12 @@ def create_app(
     def session_page(request: Request, name: str) -> HTMLResponse:
         client.get_session(name)  # 404 for an unknown session
         return page(request, "session.html", title=f"Session {clean(name)}", session_name=name)
+
+    @app.get("/retention", response_class=HTMLResponse, include_in_schema=False)
+    def retention_page(request: Request) -> HTMLResponse:
+        status = client.retention_status()
+        policies = [Retention.of(p) for p in status.policies]
+        return page(request, "retention.html", title="Retention", status=status, policies=policies)
 
     @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
     def login_page(request: Request, next: str = "/") -> HTMLResponse:

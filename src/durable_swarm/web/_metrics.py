@@ -91,12 +91,41 @@ class _RunsCollector(Collector):
         yield tokens
 
 
-def metrics_text(query: Any, feeds: Any = None) -> bytes:
-    """The metrics of the run database behind `query` (a `RunQuery`), and of the console's
-    live event streams (`feeds`, a `RunFeeds`, when given), in Prometheus's text exposition
-    format."""
+class _RetentionCollector(Collector):
+    """Runs deleted by retention on the database, by status, and each sweeping process's last
+    sweep."""
+
+    def __init__(self, status: Any) -> None:
+        self._status = status
+
+    def collect(self) -> Iterator[Metric]:
+        deleted = CounterMetricFamily(
+            "durable_swarm_retention_deleted_runs",
+            "Finished runs deleted by retention (sub-agent runs included), by status.",
+            labels=["status"],
+        )
+        for status, n in self._status.deleted.items():
+            deleted.add_metric([status], n)
+        yield deleted
+        swept = GaugeMetricFamily(
+            "durable_swarm_retention_last_sweep_timestamp_seconds",
+            "When each process applying a retention policy last swept (Unix time).",
+            labels=["executor_id"],
+        )
+        for sweeper in self._status.sweepers:
+            if sweeper.swept_at is not None:
+                swept.add_metric([sweeper.executor_id], sweeper.swept_at.timestamp())
+        yield swept
+
+
+def metrics_text(query: Any, feeds: Any = None, retention: Any = None) -> bytes:
+    """The metrics of the run database behind `query` (a `RunQuery`), of retention on it
+    (`retention`, a `RetentionStatus`, when given) and of the console's live event streams
+    (`feeds`, a `RunFeeds`, when given), in Prometheus's text exposition format."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_RunsCollector(query))
+    if retention is not None:
+        registry.register(_RetentionCollector(retention))
     if feeds is not None:
         registry.register(_FeedsCollector(feeds))
     return generate_latest(registry)

@@ -7,7 +7,8 @@ from datetime import datetime
 from typing import Any
 
 from ..durable._listing import PendingApproval
-from ..durable._runs import RunInfo, StepRecord
+from ..durable._runs import RunInfo, StepRecord, encrypted_text
+from ..durable._sealing import SealedValue
 
 __all__ = ["approval_json", "run_detail", "run_summary", "step_json", "tool_arguments"]
 
@@ -33,6 +34,7 @@ def run_summary(info: RunInfo, usage: dict[str, int] | None = None) -> dict[str,
         "error": info.error,
         "usage": info.usage.to_json() if info.usage is not None else None,
         "cost_usd": info.cost_usd,
+        "encrypted": info.encrypted,
     }
 
 
@@ -78,10 +80,14 @@ def step_json(step: StepRecord, arguments: dict[str, str] | None = None) -> dict
         name = f"{step.name}: {output['summarized']} messages summarized"
     elif step.kind == "session":
         name = f"added to session {step.name}"
+    if isinstance(step.output, SealedValue):  # its key is missing here: no contents to show
+        result = encrypted_text(step.output.key_id)
     if step.kind == "wait" and "text" in output:
         name, result = "answer", output["text"]
     elif step.kind == "wait" and "approved" in output:
         name, result = "decision", _decision_text(output)
+    elif step.kind == "guardrail" and "tripped" in output:
+        args, result = _guardrail_checked(output), _verdict_text(output)
     return {
         "step": step.step,
         "kind": step.kind,
@@ -98,6 +104,17 @@ def step_json(step: StepRecord, arguments: dict[str, str] | None = None) -> dict
     }
 
 
+def _guardrail_checked(verdict: dict[str, Any]) -> str:
+    """What a guardrail checked: `input`, `output`, `tool_call <tool>`, `tool_result <tool>`."""
+    return " ".join(str(x) for x in (verdict.get("kind"), verdict.get("tool")) if x)
+
+
+def _verdict_text(verdict: dict[str, Any]) -> str:
+    if not verdict.get("tripped"):
+        return "passed"
+    return f"tripped: {verdict.get('reason') or 'no reason given'}"
+
+
 def _decision_text(decision: dict[str, Any]) -> str:
     verdict = "approved" if decision.get("approved") else "rejected"
     who = f" by {decision['by']}" if decision.get("by") else ""
@@ -108,8 +125,9 @@ def _decision_text(decision: dict[str, Any]) -> str:
 def run_detail(
     info: RunInfo, usage: dict[str, int] | None = None, recovery_attempts: int | None = None
 ) -> dict[str, Any]:
-    """The whole run: its summary, messages, context, steps, transitions, decisions, and what it
-    waits for. `recovery_attempts` above 1 means a process took the run over after a crash."""
+    """The whole run: its summary, messages, context, steps, transitions, decisions, guardrail
+    verdicts, and what it waits for. `recovery_attempts` above 1 means a process took the run
+    over after a crash."""
     arguments = tool_arguments(info)
     return {
         **run_summary(info, usage),
@@ -119,6 +137,7 @@ def run_detail(
         "usage_by_agent": {name: u.to_json() for name, u in info.usage_by_agent.items()},
         "transitions": info.transitions,
         "decisions": info.decisions,
+        "guardrails": info.guardrails,
         "children": info.children,
         "input_messages": info.input_messages,
         "recovery_attempts": recovery_attempts,
