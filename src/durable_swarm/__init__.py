@@ -34,6 +34,8 @@ if _typing.TYPE_CHECKING:
         RunCancelledError,
         RunError,
         RunNotFoundError,
+        SessionBusyError,
+        SessionNotFoundError,
         ToolResultNotSerializableError,
         ToolUnavailableError,
     )
@@ -49,6 +51,7 @@ if _typing.TYPE_CHECKING:
     from .human import AskUser, ask_user
     from .limits import ModelLimits
     from .planning import TodoItem, create_durable_agent
+    from .sessions import SessionInfo
     from .swarm import Swarm
     from .toolkit import FileTools, MCPTools, ShellTool, Skill, skill, tool
     from .types import Agent, Response, Result
@@ -91,6 +94,9 @@ __all__ = [
     "RunHandle",
     "RunInfo",
     "RunNotFoundError",
+    "SessionBusyError",
+    "SessionInfo",
+    "SessionNotFoundError",
     "ShellTool",
     "Skill",
     "Swarm",
@@ -128,6 +134,8 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "RunCancelledError",
         "RunError",
         "RunNotFoundError",
+        "SessionBusyError",
+        "SessionNotFoundError",
         "ToolResultNotSerializableError",
         "ToolUnavailableError",
     ),
@@ -143,6 +151,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     ".human": ("AskUser", "ask_user"),
     ".limits": ("ModelLimits",),
     ".planning": ("TodoItem", "create_durable_agent"),
+    ".sessions": ("SessionInfo",),
     ".swarm": ("Swarm",),
     ".toolkit": ("FileTools", "MCPTools", "ShellTool", "Skill", "skill", "tool"),
     ".types": ("Agent", "Response", "Result"),

@@ -9,9 +9,10 @@
     durable-swarm runs reject RUN_ID TOOL_CALL_ID [--message M]
     durable-swarm runs cancel RUN_ID | resume RUN_ID [BUDGET] | fork RUN_ID STEP
     durable-swarm runs delete RUN_ID [--force] | prune --older-than 30d [--dry-run] [--yes]
+    durable-swarm sessions list [--limit N] | show NAME | clear NAME | delete NAME
     durable-swarm demo [NAME] [--model M] [--base-url URL] [ARGS...] | demo --list
     durable-swarm chat MODULE:AGENT [--model M] [--base-url URL] [--stream] [--context JSON]
-                       [--session ID] [BUDGET]
+                       [--session NAME] [--compact-at TOKENS] [BUDGET]
     durable-swarm completion bash|zsh|tcsh
     durable-swarm --version
     durable-swarm worker MODULE[:ATTR] [--queue NAME] [--concurrency N] [--executor-id ID]
@@ -50,6 +51,7 @@ from ._cli._demo import DEFAULT_DEMO, cmd_demo
 from ._cli._retention import HANDLERS as RETENTION_HANDLERS
 from ._cli._retention import policy_option
 from ._cli._runs import HANDLERS, parse_time
+from ._cli._sessions import SESSION_HANDLERS
 from ._cli._store import CliError
 from ._cli._style import Style, clean, use_color
 from .durable import DEFAULT_CONCURRENCY, DEFAULT_QUEUE
@@ -290,6 +292,35 @@ def _add_model_options(parser: argparse.ArgumentParser, whose: str) -> None:
     )
 
 
+def _add_sessions(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    sessions = commands.add_parser(
+        "sessions",
+        help="list, read, clear and delete sessions (conversations carried across runs)",
+        description="The sessions of the run database: conversations that runs with "
+        "session=NAME carry over.",
+    )
+    sub = sessions.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    def action(name: str, help_text: str) -> argparse.ArgumentParser:
+        parser = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        parser.set_defaults(handler=SESSION_HANDLERS[name])
+        return parser
+
+    listing = action("list", "list sessions, most recently changed first")
+    listing.add_argument(
+        "--limit", type=_count, default=50, metavar="N", help="at most N (0: all; default 50)"
+    )
+    action("show", "a session's conversation (what its next run starts from)").add_argument(
+        "name", metavar="NAME"
+    )
+    action("clear", "empty a session's conversation (refused while a run holds it)").add_argument(
+        "name", metavar="NAME"
+    )
+    action("delete", "delete a session (refused while a run holds it)").add_argument(
+        "name", metavar="NAME"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command's argument parser."""
     common = _common(json_output=True)
@@ -302,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_runs(commands, common)
+    _add_sessions(commands, common)
     _add_retention(commands, common)
 
     def command(
@@ -338,8 +370,15 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--context", metavar="JSON", help="initial context_variables (an object)")
     chat.add_argument(
         "--session",
-        metavar="ID",
-        help="one durable conversation: start it, or continue it after a stop or a crash",
+        metavar="NAME",
+        help="continue the session NAME (made if new): every turn is a run of it, and the "
+        "conversation carries over to the next chat with the same NAME",
+    )
+    chat.add_argument(
+        "--compact-at",
+        type=_positive_int,
+        metavar="TOKENS",
+        help="summarize older turns once the conversation would pass TOKENS (estimated)",
     )
     add_budget_options(chat, "each run (turn or session) stops once it reaches this budget")
 

@@ -34,6 +34,8 @@ __all__ = [
     "RunCancelledError",
     "RunError",
     "RunNotFoundError",
+    "SessionBusyError",
+    "SessionNotFoundError",
     "SkillCompositionError",
     "SwarmNotFoundError",
     "ToolResultNotSerializableError",
@@ -532,6 +534,44 @@ class NonJsonValueError(DurableSwarmError, TypeError):
             where=where,
             problem=problem,
         )
+
+
+class SessionBusyError(DurableSwarmError):
+    """Another run holds the session: two runs of one session never run at once (their
+    messages would interleave). `session` is its name, `run_id` the run holding it."""
+
+    session: str
+    run_id: str
+
+    def __init__(self, session: str, run_id: str, *, message: str | None = None) -> None:
+        super().__init__(
+            message
+            or f"Session {session!r} is busy: run {run_id!r} holds it until that run ends (two "
+            "runs of one session never run at once). Wait for that run to finish (e.g. "
+            f"handle({run_id!r}).result(), or `durable-swarm runs show {run_id}`) and start "
+            f"yours again, cancel it (`durable-swarm runs cancel {run_id}`), or use another "
+            "session name. Nothing was started.",
+            session=session,
+            run_id=run_id,
+        )
+
+
+class SessionNotFoundError(DurableSwarmError, KeyError):
+    """No session of this name exists (a session is made by the first run that names it)."""
+
+    session: str
+
+    def __init__(self, session: str, *, message: str | None = None) -> None:
+        super().__init__(
+            message
+            or f"No session named {session!r} exists here. List them with list_sessions() or "
+            "`durable-swarm sessions list`; a session is made by the first run that names it "
+            "(run(..., session=NAME)).",
+            session=session,
+        )
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class OutputValidationError(DurableSwarmError):

@@ -10,6 +10,8 @@ driver, which performs it through a runtime and sends the result back:
 - `ListTools`: the tool list of a `ToolSource` (an MCP server), asked once per run and kept;
 - `CheckGuardrail`: a guardrail's verdict, and `Parallel`: input guardrails asked while the first
   model call runs (see `durable_swarm.guardrails`, which holds their logic).
+- `Summarize`: a summary of the older messages, when the run would pass its `compact_at`
+  budget (see `durable_swarm.compaction`).
 
 The loop performs no effect itself and draws no randomness; what it decides depends only on the
 run's input and the results sent back (the one clock it reads is the timestamp of Swarm's debug
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _registry, guardrails, output
 from ._response import Response
+from .compaction import Summarize, Window
 from .errors import DurableSwarmError, OutputValidationError
 from .guardrails import CheckGuardrail, Parallel
 from .handoffs import (
@@ -128,7 +131,14 @@ class ListTools:
 
 
 Effect = (
-    ModelCall | ToolInvocation | WaitForInput | Transition | ListTools | CheckGuardrail | Parallel
+    ModelCall
+    | ToolInvocation
+    | WaitForInput
+    | Transition
+    | ListTools
+    | CheckGuardrail
+    | Parallel
+    | Summarize
 )
 Loop = Generator[Effect, Any, Response]
 
@@ -142,8 +152,10 @@ class RunRequest:
     The first eight fields are Swarm's `run` arguments, in Swarm's order; `after_work` and
     `agents` are the swarm-level handoff options (see `turn_loop`); `run_id` names a durable run
     (None: a new one) and `budget` limits it (None: the swarm's default); an in-memory `Swarm`
-    refuses both. `messages` and `context_variables` are the caller's objects: whoever stores or
-    changes them copies them.
+    refuses both. `session` names the conversation the run continues (its facade puts the
+    session's messages before `messages`), `compact_at` its token budget (see
+    `durable_swarm.compaction`). `messages` and `context_variables` are the caller's objects:
+    whoever stores or changes them copies them.
     """
 
     agent: Any
@@ -158,6 +170,8 @@ class RunRequest:
     agents: Sequence[Any] = ()
     run_id: str | None = None
     budget: Budget | None = None
+    session: str | None = None
+    compact_at: int | str | None = None
 
 
 @dataclass
@@ -441,11 +455,13 @@ def turn_loop(run: RunRequest) -> Loop:
         known_agents(run.agent, run.agents, run.after_work),
     )
     init_len = len(state.history)
+    window = Window(run.compact_at)  # what the model sees of the history (all, if no budget)
     parallel = yield from guardrails.check_input(state, run.run_id, run.stream)
     while len(state.history) - init_len < max_turns and state.agent:
         yield from _context_handoffs(state)
         yield from _list_tools(state)
         request = build_request(state, run.model_override, run.stream)
+        request = yield from window.fit(state.agent, state.history, request)
         debug_print(debug, "Getting chat completion for...:", request["messages"])
         call = ModelCall(state.agent, request, debug)
         message = yield from guardrails.alongside(call, parallel, run.run_id)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._terminal import clean
-from .errors import RunNotFoundError
+from .errors import RunNotFoundError, SessionNotFoundError
 from .handoffs import AfterWork, AfterWorkOption
 from .swarm import Swarm
 from .types import Response
@@ -118,6 +118,7 @@ def run_demo_loop(
     swarm: Any = None,
     input_fn: Callable[[str], str] | None = None,
     session_id: str | None = None,
+    session: str | None = None,
 ) -> None:
     """Chat with `starting_agent` in the terminal until end of input (Ctrl-D) or Ctrl-C.
 
@@ -134,10 +135,20 @@ def run_demo_loop(
     With a `DurableSwarm` and a `session_id`, the whole conversation is one durable run that
     waits for each of your lines (`REVERT_TO_USER`): kill the REPL at any point, start it again
     with the same `session_id`, and the conversation continues where it was, its history shown.
+
+    With `session` (a `Swarm` or a `DurableSwarm`), every line is a run of that session (see
+    `durable_swarm.sessions`): the conversation starts from the session's messages (shown
+    first) and carries over to the next chat of the same session.
     """
     if swarm is None:
         swarm = Swarm()
     print("Starting Swarm CLI 🐝")
+    if session is not None:
+        try:
+            _session_chat(swarm, starting_agent, context_variables, session, stream, input_fn)
+        except (EOFError, KeyboardInterrupt):
+            print()
+        return
     if session_id is not None:
         try:
             _durable_session(swarm, starting_agent, context_variables, session_id, input_fn)
@@ -170,6 +181,39 @@ def run_demo_loop(
             context = dict(response.context_variables)
     except (EOFError, KeyboardInterrupt):
         print()
+
+
+def _session_chat(
+    swarm: Any,
+    agent: Any,
+    context_variables: dict[str, Any] | None,
+    session: str,
+    stream: bool,
+    input_fn: Callable[[str], str] | None,
+) -> None:
+    """The REPL on a session: each line is a run of it (its earlier messages shown first)."""
+    try:
+        earlier = swarm.get_session(session).messages
+    except SessionNotFoundError:
+        earlier = []
+    if earlier:
+        print(f"(session {session}: {len(earlier)} earlier messages)")
+        _print_history(earlier)
+    context = dict(context_variables or {})
+    while True:
+        line = _read(input_fn, "User: ")
+        result = swarm.run(
+            agent, [{"role": "user", "content": line}], context, stream=stream, session=session
+        )
+        if stream:
+            response = process_and_print_streaming_response(result)
+        else:
+            response = result
+            pretty_print_messages(response.messages)
+        if response is not None:
+            if response.agent is not None and not isinstance(response.agent, str):
+                agent = response.agent
+            context = dict(response.context_variables)
 
 
 _WAITING = ("waiting_for_input", "waiting_for_approval")

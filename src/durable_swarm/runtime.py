@@ -1,11 +1,12 @@
 """Runtimes perform the loop's effects; drivers feed their results back into the loop.
 
 A runtime has one narrow interface, one method per effect: `call_model`, `call_tool`,
-`wait_for_input`, `record`, `list_tools` and `check_guardrail` for `drive`, and their async
-twins `acall_model`, `acall_tool`, `await_input`, `arecord`, `alist_tools` and
-`acheck_guardrail` (plus `aparallel`, for input guardrails asked with the first model call) for
-`adrive` (the protocols `Runtime` and `AsyncRuntime`; `perform` and `aperform` dispatch an
-effect to its method; in sync code `perform` runs a `Parallel` effect's parts in threads);
+`wait_for_input`, `record`, `list_tools`, `check_guardrail` and `summarize` for `drive`, and
+their async twins `acall_model`, `acall_tool`, `await_input`, `arecord`, `alist_tools`,
+`acheck_guardrail` and `asummarize` (plus `aparallel`, for input guardrails asked with the first
+model call) for `adrive` (the protocols `Runtime` and `AsyncRuntime`; `perform` and `aperform`
+dispatch an effect to its method; in sync code `perform` runs a `Parallel` effect's parts in
+threads);
 the streaming drivers read model calls from `chunks` / `achunks` instead. `InMemoryRuntime` is
 what `Swarm` uses and has them all; the durable runtime (`durable_swarm.durable`) has the async
 methods only (its workflow runs on an event loop) and makes each effect a DBOS step or a durable
@@ -22,6 +23,7 @@ from typing import Any, Protocol
 
 from . import guardrails, model, tracing
 from ._response import Response
+from .compaction import Summarize
 from .errors import DurableSwarmError
 from .guardrails import CheckGuardrail, Parallel
 from .human import Decision
@@ -73,6 +75,8 @@ class InMemoryRuntime:
         self.transitions: list[dict[str, Any]] = []
         self.tally = Tally()
         self.trace: tracing.Run | None = None  # the run's span, when tracing is on
+        self.compactor: Callable[[list[dict[str, Any]]], str] | None = None
+        self.compaction: tuple[int, str] | None = None  # the latest: (cut, summary)
 
     def count(self, effect: ModelCall, reported: dict[str, Any] | None) -> float | None:
         """Count a model call's reported usage (and its price) against this run; returns the
@@ -118,6 +122,26 @@ class InMemoryRuntime:
     async def alist_tools(self, effect: ListTools) -> list[dict[str, Any]]:
         """`list_tools` for async code."""
         return await effect.source.alist_tools()
+
+    def summarize(self, effect: Summarize) -> str:
+        """A summary of the older messages: the `compactor` function's, else the model's."""
+        if self.compactor is not None:
+            summary = str(self.compactor(effect.messages))
+        else:
+            call = ModelCall(effect.agent, effect.request)
+            summary = str(self.call_model(call).get("content") or "")
+        self.compaction = (effect.upto, summary)
+        return summary
+
+    async def asummarize(self, effect: Summarize) -> str:
+        """`summarize` for async code."""
+        if self.compactor is not None:
+            summary = str(await asyncio.to_thread(self.compactor, effect.messages))
+        else:
+            call = ModelCall(effect.agent, effect.request)
+            summary = str((await self.acall_model(call)).get("content") or "")
+        self.compaction = (effect.upto, summary)
+        return summary
 
     def call_model(self, effect: ModelCall) -> dict[str, Any]:
         """One model call; returns the assistant message dict."""
@@ -267,6 +291,7 @@ class Runtime(Protocol):
     def wait_for_input(self, effect: WaitForInput) -> Any: ...
     def record(self, effect: Transition) -> None: ...
     def list_tools(self, effect: ListTools) -> list[dict[str, Any]]: ...
+    def summarize(self, effect: Summarize) -> str: ...
     def check_guardrail(self, effect: CheckGuardrail) -> dict[str, Any]: ...
 
 
@@ -278,6 +303,7 @@ class AsyncRuntime(Protocol):
     async def await_input(self, effect: WaitForInput) -> Any: ...
     async def arecord(self, effect: Transition) -> None: ...
     async def alist_tools(self, effect: ListTools) -> list[dict[str, Any]]: ...
+    async def asummarize(self, effect: Summarize) -> str: ...
     async def acheck_guardrail(self, effect: CheckGuardrail) -> dict[str, Any]: ...
     async def aparallel(self, effect: Parallel) -> list[Any]: ...
 
@@ -292,6 +318,8 @@ def perform(runtime: Runtime, effect: Effect) -> Any:
         return runtime.wait_for_input(effect)
     if isinstance(effect, Transition):
         return runtime.record(effect)
+    if isinstance(effect, Summarize):
+        return runtime.summarize(effect)
     if isinstance(effect, CheckGuardrail):
         return runtime.check_guardrail(effect)
     if isinstance(effect, Parallel):
@@ -309,6 +337,8 @@ async def aperform(runtime: AsyncRuntime, effect: Effect) -> Any:
         return await runtime.await_input(effect)
     if isinstance(effect, Transition):
         return await runtime.arecord(effect)
+    if isinstance(effect, Summarize):
+        return await runtime.asummarize(effect)
     if isinstance(effect, CheckGuardrail):
         return await runtime.acheck_guardrail(effect)
     if isinstance(effect, Parallel):

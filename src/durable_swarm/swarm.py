@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from . import tracing
 from ._signature import takes_run
+from .compaction import check_compact_at
 from .loop import Loop, RunRequest, turn_loop
 from .runtime import InMemoryRuntime, adrive, adrive_stream, drive, drive_stream
+from .sessions import MemorySessions, SessionInfo, check_session_name, session_loop
 from .usage import Prices, check_prices
 
 if TYPE_CHECKING:
@@ -37,12 +39,14 @@ def run_arguments(
     *,
     after_work: Any = None,
     agents: Sequence[Agent] = (),
+    session: str | None = None,
+    compact_at: int | str | None = None,
 ) -> RunRequest:
     """The arguments of `Swarm.run` and `arun` (Swarm's, in Swarm's order, then the swarm-level
-    handoff options), as the `RunRequest` they make."""
+    handoff options, the session and the compaction budget), as the `RunRequest` they make."""
     return RunRequest(
         agent, messages, context_variables, model_override, stream, debug, max_turns,
-        execute_tools, after_work, agents,
+        execute_tools, after_work, agents, session=session, compact_at=compact_at,
     )  # fmt: skip
 
 
@@ -80,6 +84,12 @@ class Swarm:
     The handoffs of the latest run are in `transitions`. Each `Response` carries the run's token
     `usage` and cost; `prices` gives your own models' prices (USD per million tokens, see
     `durable_swarm.usage`), which take precedence over the public price table.
+
+    `run(..., session="name")` continues a conversation: this swarm keeps its sessions in
+    memory, for as long as the object lives (`list_sessions`, `get_session`, `clear_session`,
+    `delete_session`; see `durable_swarm.sessions`). `compact_at` (tokens, or "auto") is the
+    default token budget of runs, past which older messages are summarized, by a model call
+    or by `compactor(messages) -> str` (see `durable_swarm.compaction`).
     """
 
     def __init__(
@@ -90,6 +100,8 @@ class Swarm:
         input_fn: Callable[[str], str] | None = None,
         approve_fn: Callable[[dict[str, Any]], Any] | None = None,
         prices: Prices | None = None,
+        compact_at: int | str | None = None,
+        compactor: Callable[[list[dict[str, Any]]], str] | None = None,
     ) -> None:
         self.client = client if client else _default_client()
         self.model = default_model(model)
@@ -97,6 +109,9 @@ class Swarm:
         self.approve_fn = approve_fn
         self.prices = check_prices(prices)
         self.transitions: list[dict[str, Any]] = []
+        self.compact_at = check_compact_at(compact_at)
+        self.compactor = compactor
+        self.sessions = MemorySessions()
 
     def _start(self, run: RunRequest) -> tuple[Loop, InMemoryRuntime]:
         """The turn loop of `run` (with this swarm's `model` unless it overrides it) and a new
@@ -106,10 +121,45 @@ class Swarm:
                 "Swarm runs in memory and takes no `run_id` or `budget`; use DurableSwarm for "
                 "named, budgeted runs."
             )
+        compact_at = check_compact_at(run.compact_at) or self.compact_at
         runtime = InMemoryRuntime(self.client, self.input_fn, self.approve_fn, self.prices)
+        runtime.compactor = self.compactor
+        run = replace(run, model_override=run.model_override or self.model, compact_at=compact_at)
+        name = None if run.session is None else check_session_name(run.session)
         runtime.trace = tracing.start_run(run.agent.name)
         self.transitions = runtime.transitions
-        return turn_loop(replace(run, model_override=run.model_override or self.model)), runtime
+        if name is None:
+            return turn_loop(run), runtime
+        run_id = self.sessions.new_run_id()
+
+        def start(prior: list[dict[str, Any]]) -> tuple[Loop, list[dict[str, Any]]]:
+            started = replace(run, messages=[*prior, *run.messages])
+            return turn_loop(started), started.messages
+
+        loop = session_loop(
+            lambda: self.sessions.claim(name, run_id),
+            start,
+            runtime,
+            lambda messages: self.sessions.finish(name, run_id, messages),
+            lambda: self.sessions.release(name, run_id),
+        )
+        return loop, runtime
+
+    def list_sessions(self) -> list[SessionInfo]:
+        """This swarm's sessions (in memory), most recently changed first."""
+        return self.sessions.list()
+
+    def get_session(self, name: str) -> SessionInfo:
+        """Session `name`: its messages and state (raises `SessionNotFoundError`)."""
+        return self.sessions.get(name)
+
+    def clear_session(self, name: str) -> None:
+        """Forget session `name`'s messages (it stays, empty); refused while a run holds it."""
+        self.sessions.clear(name)
+
+    def delete_session(self, name: str) -> None:
+        """Delete session `name`; refused (`SessionBusyError`) while a run holds it."""
+        self.sessions.delete(name)
 
     @takes_run(run_arguments)
     def run(self, run: RunRequest) -> Any:

@@ -47,7 +47,7 @@ def demos(tmp_path_factory):
                 "env": model,
                 "stdin": "hello there\nsecond line\n",
             },
-            ["runs", "list", "--json", "--database-url", str(chat_db)],
+            ["sessions", "show", "s1", "--json", "--database-url", str(chat_db)],
             {"argv": ["chat", "no_such_module:agent"], "env": model},
             {"argv": ["chat", "json:dumps"], "env": model},
             ["chat", agent, "--database-url", str(chat_db)],
@@ -66,8 +66,13 @@ def demos(tmp_path_factory):
                 ],
                 "stdin": "pick a model\n",
             },
-            ["runs", "show", "s2", "--database-url", str(chat_db), "--no-color"],
+            ["runs", "list", "--json", "--database-url", str(chat_db), "--search", "pick a"],
             ["--version"],
+            {
+                "argv": ["chat", agent, "--database-url", str(chat_db), "--session", "s1"],
+                "env": model,
+                "stdin": "third line\n",
+            },
         )
         results.append([r["model"] for r in server.requests])  # type: ignore[arg-type]
     return results
@@ -120,8 +125,18 @@ def test_chat_is_the_durable_repl(demos):
     assert "Agent: You said: hello there" in result.stdout
     assert "Agent: You said: second line" in result.stdout
     assert not ANSI.search(result.stdout), "colours in a pipe"
-    runs = demos[6].json()["runs"]  # the session is one run, waiting for the next line
-    assert [(r["run_id"], r["status"]) for r in runs] == [("s1", "waiting_for_input")]
+    # every line was a run of session s1, which keeps the conversation
+    session = demos[6].json()["session"]
+    assert session["name"] == "s1" and session["runs"] == 2 and session["held_by"] is None
+    assert [m["content"] for m in session["messages"]] == [
+        "hello there", "You said: hello there", "second line", "You said: second line",
+    ]  # fmt: skip
+    # a later chat of the session shows the earlier messages, and the model sees them
+    again = demos[13]
+    assert again.status == 0, again.stderr
+    assert "(session s1: 4 earlier messages)" in again.stdout
+    assert "User: hello there" in again.stdout
+    assert "Agent: You said: third line" in again.stdout
 
 
 def test_chat_reports_bad_targets_and_a_missing_model(demos):
@@ -136,13 +151,13 @@ def test_chat_reports_bad_targets_and_a_missing_model(demos):
 
 
 def test_chat_takes_the_model_and_the_server_from_its_options(demos):
-    chat, show = demos[10], demos[11]
+    chat, listed = demos[10], demos[11]
     assert chat.status == 0, chat.stderr
     assert "model cli-model" in chat.stdout
     assert "Agent: You said: pick a model" in chat.stdout
-    assert show.status == 0, show.stderr
-    assert re.search(r"model\s+Agent.*cli-model", show.stdout), show.stdout  # recorded per call
-    assert demos[13][-1] == "cli-model"  # what the server was asked for
+    assert listed.status == 0, listed.stderr
+    assert [r["status"] for r in listed.json()["runs"]] == ["succeeded"]
+    assert demos[14][-2] == "cli-model"  # what the server was asked for
 
 
 def test_version_is_the_package_version(demos):

@@ -52,6 +52,12 @@ SAMPLES = [
     errors.ExecutorIdInUseError("worker-1", host="box", pid=4242, heartbeat_age=1.5),
     errors.NonJsonValueError("context_variables", "context_variables['x'] is a set"),
     errors.EncryptionKeyError("the stored data was changed", key_id="k1", run_id="r9"),
+    errors.GuardrailTripped("no_abuse", "input", "abusive language", agent="Support", run_id="r10"),
+    errors.OutputValidationError(
+        agent="Orders", output_type="Order", problems="- status: Field required", answers=3
+    ),
+    errors.SessionBusyError("customer-42", "r11"),
+    errors.SessionNotFoundError("customer-43"),
 ]
 
 

@@ -126,7 +126,7 @@ def test_a_spec_round_trips_and_records_its_swarm() -> None:
         max_result_chars=1000,
     )
     stored = spec.to_json()
-    assert stored["schema_version"] == SPEC_VERSION == 2
+    assert stored["schema_version"] == 2 and SPEC_VERSION == 3  # 3: with a session
     assert stored["swarm"] == "support"
     assert stored["agent"] == agent_ref(agent)
     assert stored["max_turns"] == 4
@@ -286,7 +286,7 @@ def test_a_thin_client_names_the_swarm_of_its_run(durable_swarm_factory, databas
         stored = spec_of(client.runs.source.get_workflow_status(handle.run_id))
         client.cancel(handle.run_id)
     assert stored["swarm"] == "spec-queued"
-    assert stored["schema_version"] == SPEC_VERSION
+    assert stored["schema_version"] == 2  # no session, no token budget: what releases read
 
 
 SWARM_RUN = [
@@ -312,13 +312,16 @@ def test_the_run_methods_keep_swarms_signature_written_once() -> None:
         (name, default, positional) for name, default in SWARM_RUN
     ]
     handoffs = [("after_work", None, keyword), ("agents", (), keyword)]
-    assert _parameters(Swarm.run) == _parameters(Swarm.arun) == swarm_run + handoffs
-    durable = [("run_id", None, keyword), *handoffs, ("budget", None, keyword)]
+    sessions = [("session", None, keyword), ("compact_at", None, keyword)]
+    assert _parameters(Swarm.run) == _parameters(Swarm.arun) == swarm_run + handoffs + sessions
+    durable = [("run_id", None, keyword), *handoffs, ("budget", None, keyword), *sessions]
     for method in (DurableSwarm.run, DurableSwarm.start, DurableSwarm.arun, DurableSwarm.astart):
         assert _parameters(method) == swarm_run + durable, method.__name__
     without_stream = [p for p in swarm_run if p[0] != "stream"]
     assert _parameters(Swarm.run_and_stream) == without_stream
-    assert _parameters(DurableSwarm.run_and_stream) == [*without_stream, ("run_id", None, keyword)]
+    assert _parameters(DurableSwarm.run_and_stream) == [
+        *without_stream, ("run_id", None, keyword), *sessions,
+    ]  # fmt: skip
     assert inspect.iscoroutinefunction(DurableSwarm.arun)
     assert inspect.iscoroutinefunction(Swarm.arun) and not inspect.iscoroutinefunction(Swarm.run)
     assert DurableSwarm.run.__doc__.startswith("Swarm's `run`, durably")  # type: ignore[union-attr]

@@ -85,8 +85,9 @@ def _client(base_url: str | None) -> Any:
 
 
 def cmd_chat(args: argparse.Namespace, style: Style) -> int:
-    """`chat`: chat with an agent in the terminal; every turn is a durable run, or, with
-    `--session ID`, the whole conversation is one durable run that can be continued later."""
+    """`chat`: chat with an agent in the terminal; every turn is a durable run, with
+    `--session NAME` a run of that session, so the conversation carries over to the next chat
+    of the session (and compacts past `--compact-at` tokens)."""
     agent = load_agent(args.target)
     try:
         context = json.loads(args.context) if args.context else None
@@ -96,11 +97,15 @@ def cmd_chat(args: argparse.Namespace, style: Style) -> int:
         raise CliError('--context must be a JSON object, like \'{"name": "Ada"}\'.', 2)
     url = resolve_database_url(getattr(args, "database_url", None))
     swarm = DurableSwarm(
-        _client(args.base_url), model=args.model, database_url=url, budget=budget_of(args)
+        _client(args.base_url),
+        model=args.model,
+        database_url=url,
+        budget=budget_of(args),
+        compact_at=getattr(args, "compact_at", None),
     )
     options: dict[str, Any] = {"swarm": swarm, "stream": args.stream, "context_variables": context}
     if args.session:
-        options["session_id"] = args.session
+        options["session"] = args.session
     model = f"model {swarm.model}" if swarm.model else "each agent's model"
     print(
         style.paint(

@@ -280,12 +280,9 @@ class _Timeline:
 
     def head(self, step: StepRecord, label: str, extra: str = "") -> str:
         kind_colors = {
-            "model": "blue",
-            "tool": "magenta",
-            "handoff": "cyan",
-            "wait": "yellow",
-            "guardrail": "green",
-        }
+            "model": "blue", "tool": "magenta", "handoff": "cyan", "wait": "yellow",
+            "guardrail": "green", "compact": "green", "session": "green",
+        }  # fmt: skip
         kind = self.style.paint(f"{step.kind:<9}", kind_colors.get(step.kind, "dim"))
         timing = self.style.paint(f"{duration(step.duration_ms):>9}", "dim")
         line = f"  #{step.step:<3} {kind} {clean(label):<28} {timing}"
@@ -348,6 +345,21 @@ class _Timeline:
         if removed:
             note = ", ".join(filter(None, [note, "removed " + ", ".join(removed)]))
         return ["        " + self.style.paint(f"context: {note}", "dim")]
+
+    def _compact(self, step: StepRecord, out: dict[str, Any]) -> list[str]:
+        """A compaction: how many messages it summarized, and the summary the model saw."""
+        usage = out.get("usage") or {}
+        tokens = f"{usage.get('total_tokens', 0)} tokens" if usage else "compactor"
+        shown = f"{out.get('summarized', '?')} messages summarized"
+        lines = [self.head(step, shown, self.style.paint(tokens, "dim"))]
+        if out.get("summary"):
+            lines.append(f"        {preview(out['summary'], 110)}")
+        return lines
+
+    def _session(self, step: StepRecord, out: dict[str, Any]) -> list[str]:
+        """The session the run's conversation was added to."""
+        extra = f"keeps {out.get('messages', '?')} messages" if out else ""
+        return [self.head(step, step.name, self.style.paint(extra, "dim"))]
 
     def _handoff(self, step: StepRecord, out: dict[str, Any]) -> list[str]:
         source, target = out.get("source") or "?", out.get("target") or out.get("rule") or "?"

@@ -162,7 +162,16 @@ def cmd_show(args: argparse.Namespace, style: Style) -> int:
         lines += ["", style.paint("Messages", "bold")]
         if info.encrypted:
             lines.append(f"  {encrypted_text(info.encrypted)}")
-        for message in info.messages:
+        # where a compaction cut: the model saw its summary in place of the messages above
+        cuts = {
+            s.output["upto"]: s.step
+            for s in info.steps
+            if s.kind == "compact" and isinstance(s.output, dict) and "upto" in s.output
+        }
+        for position, message in enumerate(info.messages):
+            if position in cuts:
+                marker = f"  ⋯ summarized above (step #{cuts[position]}): the model saw the summary"
+                lines.append(style.paint(marker, "green"))
             who = message.get("sender") or message.get("role", "?")
             content = message.get("content")
             calls = ", ".join(c["function"]["name"] for c in message.get("tool_calls") or [])

@@ -11,13 +11,17 @@ front end or a script can drive runs that only the workers can execute.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dbos import DBOSClient, EnqueueOptions
 
 from .. import tracing
+from ..compaction import check_compact_at
 from ..errors import DatabaseUnavailableError, DurableSwarmError, RunNotFoundError
+from ..sessions import check_session_name
 from ..usage import Budget, check_budget
 from . import _dbos
 from ._control import ClientSource, RunCommands, RunControl
@@ -26,6 +30,7 @@ from ._log import EVENTS_STREAM, WORKFLOW_NAME, JsonSerializer, StoredResult, na
 from ._runs import RunInfo, step_outputs
 from ._sealing import configure as configure_keys
 from ._sealing import require
+from ._sessions import SessionCommands, SessionStore
 from ._spec import DEFAULT_SWARM, RunSpec, check_swarm_name
 from ._values import check_input, check_messages
 
@@ -146,7 +151,7 @@ class ClientRunHandle:
         return self.info().status
 
 
-class DurableClient(RunCommands):
+class DurableClient(RunCommands, SessionCommands):
     """Starts and follows durable runs without importing any agent or tool code.
 
     Runs are enqueued on a queue that workers serve (`durable-swarm worker module:app --queue
@@ -221,6 +226,8 @@ class DurableClient(RunCommands):
         execute_tools: bool = True,
         budget: Budget | None = None,
         swarm: str = DEFAULT_SWARM,
+        session: str | None = None,
+        compact_at: int | str | None = None,
     ) -> ClientRunHandle:
         """Enqueue a run of the agent named `agent` on `queue`; returns its handle at once.
 
@@ -237,6 +244,10 @@ class DurableClient(RunCommands):
         retries, prices and limits. A worker that has no swarm of that name leaves the run
         pending, its `get_run(run_id).problem` saying which swarm to create, until a worker
         that has it takes the run.
+
+        `session` continues a session's conversation (see `DurableSwarm.run`): the run holds
+        it from now on (`SessionBusyError` if a live run holds it) and adds its messages when
+        it succeeds. `compact_at` is its token budget (see `durable_swarm.compaction`).
         """
         if not isinstance(agent, str) or not agent:
             raise DurableSwarmError(
@@ -250,6 +261,9 @@ class DurableClient(RunCommands):
         check_swarm_name(swarm)
         check_messages(messages)
         check_input(messages, context_variables)  # JSON only, before anything is stored
+        check_compact_at(compact_at)
+        if session is not None:
+            check_session_name(session)
         spec = RunSpec.by_name(
             agent,
             messages,
@@ -263,16 +277,35 @@ class DurableClient(RunCommands):
             budget=check_budget(budget),
             # the run's spans join the caller's trace
             traceparent=tracing.current_traceparent() or None,
+            session=session,
+            compact_at=compact_at,
         )
         options: EnqueueOptions = {
             "workflow_name": WORKFLOW_NAME,
             "queue_name": queue,
             "app_version": _dbos.APPLICATION_VERSION,
         }
-        if run_id is not None:
-            options["workflow_id"] = run_id
-        handle: Any = self._dbos.enqueue(options, spec.to_json())
+        run_id = run_id or str(uuid.uuid4())
+        options["workflow_id"] = run_id
+        if session is not None:  # held from now on: its messages come first
+            prior, version = self._sessions().claim(session, run_id)
+            spec = replace(spec, messages=[*prior, *spec.messages], session_version=version)
+        try:
+            handle: Any = self._dbos.enqueue(options, spec.to_json())
+        except BaseException:
+            if session is not None:
+                self._sessions().release(session, run_id)
+            raise
         return ClientRunHandle(self, handle.get_workflow_id())
+
+    def _sessions(self) -> SessionStore:
+        """The sessions of this client's run database."""
+
+        def status_of(run_id: str) -> str | None:
+            status = self.runs.source.get_workflow_status(run_id)
+            return None if status is None else str(status.status)
+
+        return SessionStore(self.database_url, status_of)
 
     def handle(self, run_id: str) -> ClientRunHandle:
         """A handle on an existing run (raises `RunNotFoundError` for an unknown id)."""

@@ -225,7 +225,7 @@ def tally_steps(steps: list[StepRecord]) -> Tally:
     tally = Tally()
     for step in steps:
         out = step.output if isinstance(step.output, dict) else {}
-        if step.kind == "model" and ("message" in out or isinstance(out, SealedValue)):
+        if step.kind in ("model", "compact") and ("message" in out or isinstance(out, SealedValue)):
             tally.add(step.name, call_usage(out))
         elif step.kind in ("join", "guardrail") and out.get("usage"):
             tally.merge(Tally.from_json(out["usage"]))

@@ -16,6 +16,12 @@ Versions of the spec (its `schema_version`; this library reads every one of them
    (a thin client's run: no `model_retries`, `prices`, `max_result_chars` or `budget`) is not
    written, and is taken from that swarm when the run executes.
 
+3. The same keys plus, when set, `session` (the session the run continues: its messages come
+   first in `messages`, and the run adds its own to it when it succeeds), `session_version`
+   (the session's version those messages are, see `_sessions.SessionStore.finish`) and
+   `compact_at` (its token budget, see `durable_swarm.compaction`). A run that sets neither
+   is written as version 2, so releases before sessions still run it.
+
 The keys keep their names and places from version to version: the CLI, the console and SQL
 queries (`_listing`) read `agent`, `messages`, `context_variables` and `parent` from any run.
 """
@@ -43,10 +49,12 @@ __all__ = [
     "check_swarm_name",
     "encode_max_turns",
     "encode_target",
+    "spec_version",
 ]
 
-# The version of the spec this library writes (see the module docstring).
-SPEC_VERSION = 2
+# The latest version of the spec this library writes and reads (see the module docstring);
+# a run without a session or a token budget is written as version 2 (`spec_version`).
+SPEC_VERSION = 3
 # The swarm a run belongs to when its starter names none (and every run of version 1).
 DEFAULT_SWARM = "default"
 
@@ -98,6 +106,12 @@ def encode_max_turns(max_turns: float) -> int | None:
     return None if math.isinf(max_turns) else math.ceil(max_turns)
 
 
+def spec_version(session: str | None, compact_at: int | str | None) -> int:
+    """The version a run's spec is written as: 3 with a session or a token budget (a release
+    before them would run it without), else 2, which every release since swarms reads."""
+    return SPEC_VERSION if session is not None or compact_at is not None else 2
+
+
 def _unreadable(what: str, value: Any) -> DurableSwarmError:
     return DurableSwarmError(
         f"This run's input (its spec) is not one durable-swarm wrote: {what} is {value!r}. "
@@ -136,7 +150,10 @@ class RunSpec:
     traceparent: str | None = None
     parent: str | None = None
     tool_call_id: str | None = None
-    schema_version: int = SPEC_VERSION
+    session: str | None = None
+    session_version: int | None = None
+    compact_at: int | str | None = None
+    schema_version: int = 2  # `spec_version(session, compact_at)`
 
     @classmethod
     def of_request(
@@ -149,10 +166,13 @@ class RunSpec:
         budget: Budget | None,
         prices: Mapping[str, Mapping[str, float]],
         max_result_chars: int,
+        compact_at: int | str | None = None,
     ) -> RunSpec:
         """The spec of `run` started on the swarm named `swarm`, whose options are given (a
         `DurableSwarm`'s): they are stored, so the run keeps them wherever it resumes. The
-        run's messages and context are copied, as they are when the run starts."""
+        run's messages and context are copied, as they are when the run starts (a session's
+        starter puts the session's messages first)."""
+        budget_of_tokens = run.compact_at if run.compact_at is not None else compact_at
         return cls(
             agent=agent_ref(run.agent),
             messages=copy.deepcopy(run.messages),
@@ -169,6 +189,9 @@ class RunSpec:
             model_retries=model_retries,
             prices=copy.deepcopy(dict(prices)),
             max_result_chars=max_result_chars,
+            session=run.session,
+            compact_at=budget_of_tokens,
+            schema_version=spec_version(run.session, budget_of_tokens),
         )
 
     @classmethod
@@ -186,6 +209,8 @@ class RunSpec:
         execute_tools: bool = True,
         budget: Budget | None = None,
         traceparent: str | None = None,
+        session: str | None = None,
+        compact_at: int | str | None = None,
     ) -> RunSpec:
         """The spec of a run a thin client starts by agent name: the options it does not give
         are the swarm's, read where the run executes."""
@@ -201,6 +226,9 @@ class RunSpec:
             execute_tools=execute_tools,
             budget=budget,
             traceparent=traceparent,
+            session=session,
+            compact_at=compact_at,
+            schema_version=spec_version(session, compact_at),
         )
 
     def sub_agent(
@@ -261,6 +289,9 @@ class RunSpec:
             "traceparent": self.traceparent,
             "parent": self.parent,
             "tool_call_id": self.tool_call_id,
+            "session": self.session,
+            "session_version": self.session_version,
+            "compact_at": self.compact_at,
         }
         data.update({key: value for key, value in optional.items() if value is not None})
         return data
@@ -320,5 +351,8 @@ class RunSpec:
             traceparent=data.get("traceparent"),
             parent=data.get("parent"),
             tool_call_id=data.get("tool_call_id"),
+            session=data.get("session"),
+            session_version=data.get("session_version"),
+            compact_at=data.get("compact_at"),
             schema_version=version,
         )

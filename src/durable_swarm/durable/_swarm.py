@@ -8,6 +8,7 @@ import queue
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from dbos import DBOS, SetWorkflowID
@@ -15,10 +16,12 @@ from dbos import DBOS, SetWorkflowID
 from .. import tracing
 from .._aio import in_event_loop, off_event_loop
 from .._signature import takes_run
+from ..compaction import check_compact_at
 from ..errors import AgentNotFoundError, DurableSwarmError
 from ..limits import Limits, check_limits
 from ..loop import RunRequest, known_agents
 from ..output import from_json as output_from_json
+from ..sessions import check_session_name
 from ..swarm import default_model
 from ..types import Agent, Response
 from ..usage import Budget, Prices, check_budget, check_prices
@@ -32,6 +35,7 @@ from ._retention import Retention
 from ._runs import RunInfo, read_run, step_outputs
 from ._sealing import configure as configure_keys
 from ._sealing import require
+from ._sessions import SessionCommands, SessionStore
 from ._spec import DEFAULT_SWARM, RunSpec, check_swarm_name
 from ._swarms import SwarmSettings, registry
 from ._sweeper import start_sweeper
@@ -145,12 +149,15 @@ def run_arguments(
     after_work: Any = None,
     agents: Sequence[Agent] = (),
     budget: Budget | None = None,
+    session: str | None = None,
+    compact_at: int | str | None = None,
 ) -> RunRequest:
     """The arguments of `DurableSwarm.run`, `start`, `arun` and `astart`: Swarm's `run`
-    arguments, then the run's id, the swarm-level handoff options and its budget."""
+    arguments, then the run's id, the swarm-level handoff options, its budget, its session and
+    its compaction budget."""
     return RunRequest(
         agent, messages, context_variables, model_override, stream, debug, max_turns,
-        execute_tools, after_work, agents, run_id, budget,
+        execute_tools, after_work, agents, run_id, budget, session, compact_at,
     )  # fmt: skip
 
 
@@ -164,11 +171,14 @@ def streamed_run_arguments(
     execute_tools: bool = True,
     *,
     run_id: str | None = None,
+    session: str | None = None,
+    compact_at: int | str | None = None,
 ) -> RunRequest:
-    """The arguments of `DurableSwarm.run_and_stream`: Swarm's, then the run's id."""
+    """The arguments of `DurableSwarm.run_and_stream`: Swarm's, then the run's id, its
+    session and its compaction budget."""
     return RunRequest(
         agent, messages, context_variables, model_override, True, debug, max_turns,
-        execute_tools, run_id=run_id,
+        execute_tools, run_id=run_id, session=session, compact_at=compact_at,
     )  # fmt: skip
 
 
@@ -292,7 +302,7 @@ class RunHandle:
         yield {"response": await self.aresult()}
 
 
-class DurableSwarm(RunCommands):
+class DurableSwarm(RunCommands, SessionCommands):
     """Swarm's `run` on durable workflows: a killed process resumes from its last finished step.
 
     Args:
@@ -344,6 +354,17 @@ class DurableSwarm(RunCommands):
             process for as long as the provider asks, without using up `model_retries`.
             Default: the process's (a worker's `--limit`, else
             `DURABLE_SWARM_MODEL_LIMITS`); `{}`: none.
+        compact_at: the token budget of runs that give none: past it, older messages are
+            summarized before the next model call (tokens, or "auto": 80% of the model's
+            context window when known; None: never). See `durable_swarm.compaction`.
+        compactor: `compactor(messages) -> str` summarizes instead of a model call (the
+            model call of the run's agent's model otherwise); like the client, it is the
+            swarm's, used by its runs wherever they resume.
+
+    `run(..., session="name")` continues the conversation of a session stored in the run
+    database: the run starts from its messages and adds its own when it succeeds; a second run
+    of a session held by a live run raises `SessionBusyError`. `list_sessions`, `get_session`,
+    `clear_session` and `delete_session` read and change them (see `durable_swarm.sessions`).
         encryption_key: encrypt every payload this process stores (messages, context,
             tool arguments and results, answers, stream chunks) with AES-GCM: an `id:key` list
             (a comma-separated string or a sequence; the first key encrypts, all decrypt),
@@ -387,6 +408,8 @@ class DurableSwarm(RunCommands):
         max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
         name: str = DEFAULT_SWARM,
         limits: Limits | None = None,
+        compact_at: int | str | None = None,
+        compactor: Callable[[list[dict[str, Any]]], str] | None = None,
         encryption_key: str | Sequence[str] | None = None,
         retention: Retention | Mapping[str, Any] | str | None = None,
     ) -> None:
@@ -410,6 +433,8 @@ class DurableSwarm(RunCommands):
         self.heartbeat_interval, self.dead_after = timing(heartbeat_interval, dead_after)
         self.budget = check_budget(budget)
         self.prices = check_prices(prices)
+        self.compact_at = check_compact_at(compact_at)
+        self.compactor = compactor
         self._name = check_swarm_name(name)
         self.limits = check_limits(limits)
         self.retention = Retention.of(retention) if retention is not None else Retention.from_env()
@@ -442,6 +467,7 @@ class DurableSwarm(RunCommands):
             prices=self.prices,
             max_result_chars=self.max_result_chars,
             limits=self.limits,
+            compactor=self.compactor,
         )
 
     def close(self) -> None:
@@ -472,6 +498,9 @@ class DurableSwarm(RunCommands):
         check_input(run.messages, run.context_variables, self.max_result_chars)  # JSON, first
         known_agents(run.agent, run.agents, run.after_work)  # one name, one agent: checked first
         check_budget(run.budget)
+        check_compact_at(run.compact_at)
+        if run.session is not None:
+            check_session_name(run.session)
         self.launch()
         run_id = run.run_id or str(uuid.uuid4())
         for known in (run.agent, *run.agents):
@@ -484,8 +513,27 @@ class DurableSwarm(RunCommands):
             budget=self.budget,
             prices=self.prices,
             max_result_chars=self.max_result_chars,
+            compact_at=self.compact_at,
         )
         return run_id, spec
+
+    def _sessions(self) -> SessionStore:
+        """This swarm's sessions (in its run database)."""
+        self.launch()
+        return SessionStore(_dbos.launched_url() or self.database_url, _dbos.run_status)
+
+    def _claim(self, run_id: str, spec: RunSpec) -> RunSpec:
+        """The spec of new run `run_id`, which holds its session (if any) from now on: the
+        session's messages first (raises `SessionBusyError` if a live run holds it)."""
+        if spec.session is None:
+            return spec
+        prior, version = self._sessions().claim(spec.session, run_id)
+        return replace(spec, messages=[*prior, *spec.messages], session_version=version)
+
+    def _release(self, run_id: str, spec: RunSpec) -> None:
+        """Free the session of run `run_id`, which could not be started."""
+        if spec.session is not None:
+            self._sessions().release(spec.session, run_id)
 
     def _begin(self, run_id: str, run: RunRequest, spec: RunSpec) -> RunSpec:
         """Bind the new run `run_id` to this swarm's settings while it executes here, and open
@@ -499,16 +547,25 @@ class DurableSwarm(RunCommands):
         # a new UUID cannot name an existing run: only a given id is looked up
         if run.run_id is not None and DBOS.get_workflow_status(run_id) is not None:
             return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
-        spec = self._begin(run_id, run, spec)
-        return RunHandle(run_id, on_loop=_dbos.on_dbos_loop(_start(run_id, spec)))
+        spec = self._begin(run_id, run, self._claim(run_id, spec))
+        try:
+            return RunHandle(run_id, on_loop=_dbos.on_dbos_loop(_start(run_id, spec)))
+        except BaseException:
+            self._release(run_id, spec)
+            raise
 
     async def _astart(self, run: RunRequest) -> RunHandle:
         """`astart`: the run's workflow as a task of the caller's event loop."""
         run_id, spec = self._spec(run)
         if run.run_id is not None and await DBOS.get_workflow_status_async(run_id) is not None:
             return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
+        spec = await asyncio.to_thread(self._claim, run_id, spec)
         spec = self._begin(run_id, run, spec)
-        return RunHandle(run_id, await _start(run_id, spec))
+        try:
+            return RunHandle(run_id, await _start(run_id, spec))
+        except BaseException:
+            await asyncio.to_thread(self._release, run_id, spec)
+            raise
 
     @off_event_loop
     @takes_run(run_arguments)

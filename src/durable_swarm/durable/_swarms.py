@@ -52,6 +52,7 @@ class SwarmSettings:
     prices: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
     limits: Mapping[str, ModelLimits] | None = None  # None: the process's (`ProcessDefaults`)
+    compactor: Any = None  # summarizes for compaction (None: a model call)
 
     def differs_from(self, other: SwarmSettings) -> bool:
         """Whether runs would behave differently under `other` (a client counts as the same

@@ -33,6 +33,7 @@ _lock = threading.Lock()
 RUN_TABLES: tuple[tuple[str, str], ...] = (
     ("durable_swarm_decisions", "run_id"),
     ("durable_swarm_notices", "run_id"),
+    ("durable_swarm_session_runs", "run_id"),
 )
 
 

@@ -34,6 +34,7 @@ from dbos._error import DBOSBaseException, DBOSWorkflowCancelledError, DBOSWorkf
 
 from .. import _registry, guardrails, model, tracing
 from .._aio import blocking_executor, is_async_callable, run_in
+from ..compaction import Summarize, session_messages
 from ..errors import (
     AgentNotFoundError,
     BudgetExceededError,
@@ -91,6 +92,7 @@ from ._log import (
 )
 from ._notices import Notices
 from ._sealing import SealedValue, require
+from ._sessions import SessionStore
 from ._spec import RunSpec, agent_ref, encode_target
 from ._swarms import DEFAULTS, SwarmSettings, registry
 from ._values import json_problem
@@ -433,6 +435,7 @@ class DurableRuntime:
         self._waits = 0  # numbers this run's waits (the same again on replay)
         # id(tool message) -> (the message, the step storing it): kept alive, so ids stay unique
         self._stored: dict[int, tuple[dict[str, Any], int]] = {}
+        self.compaction: tuple[int, str] | None = None  # the latest: (cut, summary)
 
     async def _check_budget(self, effect: ModelCall) -> None:
         """Stop the run before this model call if its budget is spent.
@@ -569,6 +572,49 @@ class DurableRuntime:
             return None  # a spent quota: waiting does not help
         seconds = retry_after(getattr(getattr(error, "response", None), "headers", None))
         return None if seconds is None else min(seconds, RETRY_AFTER_CAP)
+
+    async def asummarize(self, effect: Summarize) -> str:
+        """A compaction, recorded as a step (`compact:<agent>`): the swarm's `compactor`
+        function's summary, else a model call's (its usage counts as the run's). A replay
+        reads the recorded summary: a compaction is never paid for twice."""
+        sender, compactor = effect.agent.name, self.settings.compactor
+        requester = without_retries(self.client)
+        model_name = effect.request.get("model")
+        gate = _drain.Admission(f"run {self.run_id}, step 'compact:{sender}'")
+
+        async def compact_step() -> dict[str, Any]:
+            await gate.aenter()  # a stopping process begins no new step (`_drain`)
+            output: dict[str, Any] = {"upto": effect.upto, "summarized": len(effect.messages)}
+            if compactor is not None:
+                with user_code(self.run_id, f"The compactor of swarm {self.settings.name!r}"):
+                    summary = await run_in(None, compactor, copy.deepcopy(effect.messages))
+                return {**output, "summary": str(summary)}
+            with user_code(self.run_id, f"The model client of agent {sender!r}"):
+                completion = await model.acreate(
+                    requester, effect.request, sender=sender, run_id=self.run_id
+                )
+            message = model.completion_message(completion, sender, run_id=self.run_id)
+            usage = model.usage_of(completion)
+            cost = call_cost(model_name, usage, self.prices)
+            summary = str(message.get("content") or "")
+            return {**output, **model_output(message, usage, model_name, cost), "summary": summary}
+
+        options: StepOptions = {
+            "name": f"compact:{sender}",
+            "retries_allowed": self.model_retries > 0,
+            "max_attempts": self.model_retries + 1,
+            "interval_seconds": 1.0,
+            "backoff_rate": 2.0,
+            "should_retry": _transient,
+        }
+        try:
+            output = await DBOS.run_step_async(options, compact_step)
+        finally:
+            gate.leave()
+        if "usage" in output:
+            self.tally.add(sender, call_usage(output))
+        self.compaction = (effect.upto, str(output["summary"]))
+        return str(output["summary"])
 
     async def _streamed(self, client: Any, effect: ModelCall, span: Any) -> dict[str, Any]:
         """A streamed model call: events go to the run's DBOS stream as they arrive."""
@@ -1001,6 +1047,8 @@ async def _run(run_id: str, spec: RunSpec) -> dict[str, Any]:
         agents=agents,
         run_id=run_id,
         budget=spec.budget if spec.budget is not None else registry.budget_of(settings),
+        session=spec.session,
+        compact_at=spec.compact_at,
     )
     # The span opened when the run was started in this process, else a new one in the run's
     # trace (a recovered or resumed execution continues the trace stored with the run).
@@ -1023,4 +1071,27 @@ async def _run(run_id: str, spec: RunSpec) -> dict[str, Any]:
     )
     if spec.tool_call_id:  # a sub-agent: the parent's call it answers (see `read_run`)
         result["tool_call_id"] = spec.tool_call_id
+    if spec.session is not None:
+        history = [*spec.messages, *response.messages]
+        kept = session_messages(history, runtime.compaction)
+        await _finish_session(run_id, spec.session, kept, spec.session_version)
     return result
+
+
+async def _finish_session(
+    run_id: str, name: str, messages: list[dict[str, Any]], version: int | None
+) -> None:
+    """The run's last step (`session:<name>`): session `name` keeps `messages` and is free.
+    The write is keyed by the run's id (see `SessionStore.finish`): done once, even if the
+    process dies between the write and the step's record."""
+
+    def finish() -> dict[str, Any]:
+        url = _dbos.launched_url()
+        assert url is not None
+        added = SessionStore(url, _dbos.run_status).finish(name, run_id, messages, version)
+        return {"session": name, "messages": len(messages), "added": added}
+
+    async def finish_step() -> dict[str, Any]:
+        return await asyncio.to_thread(finish)
+
+    await DBOS.run_step_async({"name": f"session:{name}"}, finish_step)

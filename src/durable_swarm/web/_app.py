@@ -33,7 +33,7 @@ from ..durable._client import DurableClient
 from ..durable._listing import RunFilter
 from ..durable._retention import Retention
 from ..durable._runs import STATUSES
-from ..errors import DurableSwarmError, RunNotFoundError
+from ..errors import DurableSwarmError, RunNotFoundError, SessionNotFoundError
 from ._feeds import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_CLIENT, RunFeeds, StreamLimit
 from ._metrics import metrics_text
 from ._views import approval_json, run_detail, run_summary
@@ -324,7 +324,12 @@ def create_app(
         return response
 
     # An error's message is the answer's; the most specific class decides the status.
-    for error, status in ((_BadRequest, 422), (RunNotFoundError, 404), (DurableSwarmError, 409)):
+    for error, status in (
+        (_BadRequest, 422),
+        (RunNotFoundError, 404),
+        (SessionNotFoundError, 404),
+        (DurableSwarmError, 409),
+    ):
         app.add_exception_handler(error, _answer_with(status))
 
     @app.exception_handler(StreamLimit)
@@ -433,6 +438,32 @@ def create_app(
         )
         return Response(text, media_type="text/plain; version=0.0.4")
 
+    @app.get("/api/sessions", tags=["sessions"])
+    def list_sessions(limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> dict[str, Any]:
+        """Sessions, most recently changed first, without their messages: `{"sessions":
+        [{"name", "message_count", "runs", "last_run", "held_by", "compacted", ...}]}`."""
+        found = client.list_sessions(limit=limit)
+        return {
+            "sessions": [{k: v for k, v in s.to_json().items() if k != "messages"} for s in found]
+        }
+
+    @app.get("/api/sessions/{name:path}", tags=["sessions"])
+    def get_session(name: str) -> dict[str, Any]:
+        """One session with its messages (what its next run starts from); 404 if none."""
+        return client.get_session(name).to_json()
+
+    @app.post("/api/sessions/{name:path}/clear", tags=["sessions"])
+    def clear_session(name: str) -> dict[str, Any]:
+        """Empty the session's conversation (409 while a run holds it)."""
+        client.clear_session(name)
+        return {"session": name, "cleared": True}
+
+    @app.post("/api/sessions/{name:path}/delete", tags=["sessions"])
+    def delete_session(name: str) -> dict[str, Any]:
+        """Delete the session (409 while a run holds it)."""
+        client.delete_session(name)
+        return {"session": name, "deleted": True}
+
     # --- acting ------------------------------------------------------------------------------
 
     @app.post("/api/runs/{run_id:path}/input", tags=["actions"])
@@ -506,6 +537,15 @@ def create_app(
     @app.get("/approvals", response_class=HTMLResponse, include_in_schema=False)
     def approvals_page(request: Request) -> HTMLResponse:
         return page(request, "approvals.html", title="Approvals")
+
+    @app.get("/sessions", response_class=HTMLResponse, include_in_schema=False)
+    def sessions_page(request: Request) -> HTMLResponse:
+        return page(request, "sessions.html", title="Sessions")
+
+    @app.get("/sessions/{name:path}", response_class=HTMLResponse, include_in_schema=False)
+    def session_page(request: Request, name: str) -> HTMLResponse:
+        client.get_session(name)  # 404 for an unknown session
+        return page(request, "session.html", title=f"Session {clean(name)}", session_name=name)
 
     @app.get("/retention", response_class=HTMLResponse, include_in_schema=False)
     def retention_page(request: Request) -> HTMLResponse:

@@ -71,7 +71,15 @@ def step_json(step: StepRecord, arguments: dict[str, str] | None = None) -> dict
     elif step.kind == "tool" and message is not None:
         args = (arguments or {}).get(str(message.get("tool_call_id")))
         result = message.get("content")
+    elif step.kind == "compact" and "summary" in output:  # what the model saw instead
+        result = output["summary"]
+        usage = output.get("usage")
+        tokens = usage.get("total_tokens") if isinstance(usage, dict) else None
     name = step.name
+    if step.kind == "compact" and "summarized" in output:
+        name = f"{step.name}: {output['summarized']} messages summarized"
+    elif step.kind == "session":
+        name = f"added to session {step.name}"
     if isinstance(step.output, SealedValue):  # its key is missing here: no contents to show
         result = encrypted_text(step.output.key_id)
     if step.kind == "wait" and "text" in output:

@@ -511,6 +511,72 @@ function approvalsPage() {
   setInterval(load, 3000);
 }
 
+// --- sessions ---------------------------------------------------------------------------------
+
+function sessionLink(name) {
+  return el("a", { href: `/sessions/${encodeURIComponent(name)}`, text: name });
+}
+
+function sessionsPage() {
+  const body = document.querySelector("#sessions tbody");
+
+  async function load() {
+    let data;
+    try { data = await api("/api/sessions"); } catch (e) { notice(e.message, true); return; }
+    if (!data.sessions.length) {
+      body.replaceChildren(el("tr", {}, el("td", { colspan: 6, class: "muted", text: "No sessions yet: a run with session=NAME makes one." })));
+      return;
+    }
+    body.replaceChildren(...data.sessions.map((s) => el("tr", { "data-session": s.name },
+      el("td", {}, sessionLink(s.name), s.compacted ? el("span", { class: "chip", text: "compacted" }) : null),
+      el("td", { text: String(s.message_count) }),
+      el("td", { text: String(s.runs) }),
+      el("td", {}, s.last_run ? runLink(s.last_run) : "—"),
+      el("td", {}, s.held_by ? runLink(s.held_by) : "—"),
+      el("td", { text: when(s.updated_at) }))));
+  }
+
+  load();
+  setInterval(() => { if (!document.hidden) load(); }, 5000);
+}
+
+function sessionPage() {
+  const name = document.body.dataset.session;
+  const path = `/api/sessions/${encodeURIComponent(name)}`;
+  const facts = document.getElementById("facts");
+  const held = document.getElementById("held");
+  const list = document.getElementById("messages");
+
+  async function load() {
+    let s;
+    try { s = await api(path); } catch (e) { notice(e.message, true); return; }
+    held.textContent = s.held_by ? "held by a run" : "free";
+    held.className = `status ${s.held_by ? "s-pending" : "s-succeeded"}`;
+    facts.replaceChildren(
+      el("dt", { text: "Messages" }), el("dd", { text: String(s.message_count) }),
+      el("dt", { text: "Runs" }), el("dd", { text: String(s.runs) }),
+      el("dt", { text: "Last run" }), el("dd", {}, s.last_run ? runLink(s.last_run) : "—"),
+      el("dt", { text: "Held by" }), el("dd", {}, s.held_by ? runLink(s.held_by) : "—"),
+      el("dt", { text: "Updated" }), el("dd", { text: when(s.updated_at) }));
+    list.replaceChildren(...(s.messages.length ? s.messages.map(messageItem) : [el("li", { class: "muted", text: "No messages: the next run starts afresh." })]));
+  }
+
+  async function change(action, question) {
+    if (!window.confirm(question)) return;
+    notice("");
+    try {
+      await api(`${path}/${action}`, {});
+      if (action === "delete") { window.location.href = "/sessions"; return; }
+      notice("Cleared.");
+    } catch (e) { notice(e.message, true); }
+    load();
+  }
+
+  document.getElementById("clear").addEventListener("click", () => change("clear", `Clear the conversation of session ${name}?`));
+  document.getElementById("delete").addEventListener("click", () => change("delete", `Delete session ${name}?`));
+  load();
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   const page = document.body.dataset.page;
   if (page === "login") return;
@@ -519,4 +585,6 @@ document.addEventListener("DOMContentLoaded", () => {
   if (page === "runs") runsPage();
   else if (page === "run") runPage();
   else if (page === "approvals") approvalsPage();
+  else if (page === "sessions") sessionsPage();
+  else if (page === "session") sessionPage();
 });
