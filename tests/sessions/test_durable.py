@@ -279,6 +279,41 @@ def test_with_an_encryption_key_a_session_is_stored_sealed(
         _sealing.configure(None)
 
 
+def test_key_rotation_re_seals_sessions(make_database_url):
+    # `runs rotate-keys` re-seals sessions too (SessionStore.reseal): written under k1, re-sealed
+    # with k2 first in the list, then read with k2 alone. A database of its own: no run of it
+    # is open without the key afterwards.
+    import base64
+    import os
+
+    from durable_swarm.durable import _sealing
+    from durable_swarm.durable._database import resolve_database_url
+
+    url = resolve_database_url(make_database_url("session-keys"))
+    if url.startswith("postgresql"):  # DBOS would create it at launch; nothing launches here
+        from _support.db import postgres_execute
+
+        base, name = url.rsplit("/", 1)
+        postgres_execute(base + "/postgres", f'CREATE DATABASE "{name}"')
+    k1 = f"k1:{base64.b64encode(os.urandom(32)).decode()}"
+    k2 = f"k2:{base64.b64encode(os.urandom(32)).decode()}"
+    store = SessionStore(url, lambda run_id: None)
+    try:
+        _sealing.configure(k1)
+        for name in ("a", "b", "c"):
+            store.claim(name, f"run-{name}")
+            store.finish(name, f"run-{name}", user(f"secret of {name}"), 0)
+        _sealing.configure([k2, k1])
+        assert store.reseal(batch_size=2) == (3, {})
+        assert store.reseal(batch_size=2) == (0, {})  # resumable: nothing left to do
+        _sealing.configure(k2)
+        assert [store.get(n).messages for n in "abc"] == [user(f"secret of {n}") for n in "abc"]
+        _sealing.configure(f"k3:{base64.b64encode(os.urandom(32)).decode()}")
+        assert store.reseal(batch_size=2) == (0, {"k2": 3})  # their key is missing here
+    finally:
+        _sealing.configure(None)
+
+
 def test_a_session_run_is_stored_as_spec_version_3_and_round_trips():
     from durable_swarm.durable._spec import SPEC_VERSION, RunSpec
     from durable_swarm.loop import RunRequest

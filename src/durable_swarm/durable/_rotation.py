@@ -1,7 +1,8 @@
 """Key rotation: re-seal the stored payloads of runs with the current first key.
 
-`rotate` walks every table that holds a run's payloads, in batches of `batch_size` rows (one
-transaction each), and writes each payload again sealed with the first key of the keyring:
+`rotate` walks every table that holds a run's payloads (and the sessions' conversations), in
+batches of `batch_size` rows (one transaction each), and writes each payload again sealed with
+the first key of the keyring:
 those sealed with an older key, and those written before a key was set (plain JSON). It is
 safe while workers run and resumable: each row is rewritten only if it still holds the text
 that was read (a compare-and-set; a row changed meanwhile is left to the next pass), and a row
@@ -26,6 +27,7 @@ from ..errors import DurableSwarmError, EncryptionKeyError
 from ._decisions import DecisionLog
 from ._log import WORKFLOW_NAME, JsonSerializer
 from ._sealing import MARKER, SealedValue, keyring
+from ._sessions import SESSIONS_TABLE, SessionStore
 
 __all__ = ["DBOS_PAYLOAD_COLUMNS", "RotationReport", "rotate"]
 
@@ -123,6 +125,10 @@ def rotate(
     _rewrite_dbos_payloads(sys_db, batch_size, current, reseal, done)
     written, missing = DecisionLog(database_url).reseal(batch_size)
     done(DecisionLog.TABLE, written, 0)
+    for key_id, n in missing.items():
+        report.missing_keys[key_id] = report.missing_keys.get(key_id, 0) + n
+    written, missing = SessionStore(database_url, lambda run_id: None).reseal(batch_size)
+    done(SESSIONS_TABLE, written, 0)
     for key_id, n in missing.items():
         report.missing_keys[key_id] = report.missing_keys.get(key_id, 0) + n
     return report

@@ -31,7 +31,8 @@ import sqlalchemy as sa
 from .._aio import off_event_loop
 from ..errors import DurableSwarmError, SessionBusyError, SessionNotFoundError
 from ..sessions import SessionInfo, check_session_name
-from ._sealing import is_sealed, keyring, open_sealed, seal
+from ._sealing import MARKER as SEALED_PREFIX
+from ._sealing import is_sealed, keyring, open_sealed, seal, sealed_key_id
 from ._tables import engine_for, engine_with, missing_table
 
 __all__ = [
@@ -332,6 +333,43 @@ class SessionStore:
     def delete(self, name: str) -> None:
         """Delete session `name` and its record of runs."""
         self._change(name, "deleted", f"DELETE FROM {SESSIONS_TABLE} WHERE name = :n")
+
+    def reseal(self, batch_size: int) -> tuple[int, dict[str, int]]:
+        """Seal every session's conversation with this process's first key (key rotation, see
+        `_rotation`): how many were written, and how many were left because their key is
+        missing here, by key id. A row is rewritten only if it still holds what was read (a
+        run that ended meanwhile wrote it sealed already)."""
+        ring = keyring()
+        assert ring is not None
+        current = f"{SEALED_PREFIX}.{ring.primary}.%"
+        written, missing, last = 0, dict[str, int](), ""
+        query = sa.text(
+            f"SELECT name, payload FROM {SESSIONS_TABLE} WHERE payload NOT LIKE :current "
+            "AND name > :last ORDER BY name LIMIT :n"
+        )
+        update = sa.text(
+            f"UPDATE {SESSIONS_TABLE} SET payload = :new WHERE name = :n AND payload = :old"
+        )
+        while True:
+            try:
+                with engine_for(self._url).begin() as conn:
+                    params = {"current": current, "last": last, "n": batch_size}
+                    rows = conn.execute(query, params).all()
+                    for name, payload in rows:
+                        if is_sealed(payload) and not ring.has(sealed_key_id(payload)):
+                            key_id = sealed_key_id(payload)
+                            missing[key_id] = missing.get(key_id, 0) + 1
+                            continue
+                        new = encode_payload(decode_payload(payload, name), name)
+                        values = {"new": new, "n": name, "old": payload}
+                        written += conn.execute(update, values).rowcount
+            except sa.exc.DBAPIError as e:
+                if missing_table(e):
+                    return written, missing
+                raise
+            if len(rows) < batch_size:
+                return written, missing
+            last = str(rows[-1][0])
 
 
 class SessionCommands:
