@@ -4,7 +4,6 @@ what they deleted, what is due, and applying a policy once by hand."""
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -14,7 +13,7 @@ from ..durable._retention import RETENTION_STATUSES, Retention, RetentionReport
 from ..durable._sweeper import RetentionStatus
 from ..errors import DurableSwarmError
 from ._render import JSON_SCHEMA_VERSION, dumps
-from ._store import CliError, open_swarm
+from ._store import confirm_deletion, open_swarm
 from ._style import Style
 
 __all__ = ["HANDLERS", "policy_option"]
@@ -111,13 +110,6 @@ def cmd_show(args: argparse.Namespace, style: Style) -> int:
     return 0
 
 
-def _confirm(question: str) -> bool:
-    try:
-        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
-    except EOFError:
-        return False
-
-
 def _runs(n: int) -> str:
     return f"{n} finished run{'s' if n != 1 else ''}"
 
@@ -138,16 +130,9 @@ def cmd_apply(args: argparse.Namespace, style: Style) -> int:
             ]
             _emit(args, {"database": where, **due.to_json()}, lines)
             return 0
-        if not args.yes:
-            if not sys.stdin.isatty():
-                raise CliError(
-                    f"retention would delete {_runs(due.deleted)}; not on a terminal, so "
-                    "nothing was deleted. Add --yes to confirm (or --dry-run to see them first).",
-                    2,
-                )
-            if not _confirm(f"Delete {_runs(due.deleted)} from {where}?"):
-                print("Nothing was deleted.")
-                return 1
+        what = _runs(due.deleted)
+        if not confirm_deletion("retention", what, where, yes=args.yes, first="see them"):
+            return 1
         done = swarm.apply_retention(args.policy)
     lines = [
         f"Deleted {_runs(done.deleted)} past their age from {where}:",

@@ -32,7 +32,7 @@ from ._render import (
     summary_lines,
     waiting_hint,
 )
-from ._store import CliError, open_swarm
+from ._store import CliError, confirm_deletion, open_swarm
 from ._style import Style, clean, duration, preview
 
 __all__ = ["HANDLERS", "parse_time"]
@@ -428,14 +428,6 @@ def cmd_delete(args: argparse.Namespace, style: Style) -> int:
     return 0
 
 
-def _confirm(question: str) -> bool:
-    """A y/N question on the terminal."""
-    try:
-        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
-    except EOFError:
-        return False
-
-
 def cmd_prune(args: argparse.Namespace, style: Style) -> int:
     """`runs prune`: delete the finished runs created before --older-than (never a live one);
     --dry-run lists them; on a terminal it asks first unless --yes."""
@@ -461,16 +453,9 @@ def cmd_prune(args: argparse.Namespace, style: Style) -> int:
             ]
             _emit(args, {"deleted": ids, "dry_run": True, "database": display_url(url)}, lines)
             return 0
-        if not args.yes:
-            if not sys.stdin.isatty():
-                raise CliError(
-                    f"prune would delete {what}; not on a terminal, so nothing was deleted. "
-                    "Add --yes to confirm (or --dry-run to list them first).",
-                    2,
-                )
-            if not _confirm(f"Delete {what} from {display_url(url)}?"):
-                print("Nothing was deleted.")
-                return 1
+        where = display_url(url)
+        if not confirm_deletion("prune", what, where, yes=args.yes, first="list them"):
+            return 1
         deleted = swarm.prune_runs(args.older_than)
     ids = [r.run_id for r in deleted]
     _emit(

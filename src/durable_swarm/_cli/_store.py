@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +19,7 @@ from ..durable._client import DurableClient
 from ..durable._database import create_engine, display_url, sqlite_path
 from ..errors import DatabaseUnavailableError
 
-__all__ = ["CliError", "check_database", "open_swarm"]
+__all__ = ["CliError", "check_database", "confirm_deletion", "open_swarm"]
 
 _RUN_TABLE = "workflow_status"
 
@@ -115,3 +116,25 @@ def open_swarm(url: str, *, check: bool = True) -> Iterator[DurableClient]:
         yield client
     finally:
         client.close()
+
+
+def confirm_deletion(command: str, what: str, where: str, *, yes: bool, first: str) -> bool:
+    """Whether `command` goes on deleting `what` from `where`: `--yes`, else the person's y/N
+    on a terminal; off a terminal without `--yes`, a `CliError` saying to add it (or to look
+    with `--dry-run` first: `first` says what that shows)."""
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        raise CliError(
+            f"{command} would delete {what}; not on a terminal, so nothing was deleted. "
+            f"Add --yes to confirm (or --dry-run to {first} first).",
+            2,
+        )
+    try:
+        answer = input(f"Delete {what} from {where}? [y/N] ").strip().lower()
+    except EOFError:
+        answer = ""
+    if answer in ("y", "yes"):
+        return True
+    print("Nothing was deleted.")
+    return False
