@@ -317,7 +317,7 @@ def ensure_launched(
                     note_taken,
                     hand_back,
                     starting_on,
-                    slots=(recovery_slots(slots), shared, RECOVERY_QUEUE),
+                    slots=(recovery_slots(slots), shared, RECOVERY_QUEUE, RECOVERY_QUEUE_LIMIT),
                 )
                 ownership.start(recover_runs_of, busy_runs, hand_back)
             if wakeups is not None:

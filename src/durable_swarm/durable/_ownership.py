@@ -872,7 +872,7 @@ def gate_queues(
     taken: Callable[[Sequence[str], str], None] = lambda ids, queue: None,
     give_back: Callable[[str], bool] = bool,
     starting: Callable[[str], int] = lambda queue: 0,
-    slots: tuple[int, Sequence[str], str] | None = None,
+    slots: tuple[int, Sequence[str], str, int] | None = None,
 ) -> None:
     """Make DBOS's queue thread take no run while `ownership` is not confirmed, and tell `taken`
     the ids of the runs it does take and their queue (before it starts them).
@@ -882,11 +882,11 @@ def gate_queues(
     queue's per-worker concurrency only once it begins, and only as of the start of its poll, so
     a second look soon after a claim would overshoot).
 
-    `slots` is `(count, queues, recovery queue)`: this process runs at most `count` runs at once
-    from `queues` together (a worker: its queue and the recovery queue), so a claim from one of
-    them counts the runs of all of them; the recovery queue, whose per-worker limit in DBOS is
-    only a ceiling, gets exactly the free slots. That is how a dead process's runs spread over
-    the live processes instead of going all to the first that looks.
+    `slots` is `(count, queues, recovery queue, its limit)`: this process runs at most `count`
+    runs at once from `queues` together (a worker: its queue and the recovery queue), so a claim
+    from one of them counts the runs of all of them; the recovery queue, whose per-worker limit
+    in DBOS (`its limit`) is only a ceiling, gets exactly the free slots. That is how a dead
+    process's runs spread over the live processes instead of going all to the first that looks.
 
     The confirmation is checked again once the claim returns, under the same registration: a
     process paused (or cut off) between the first check and its claim may have been taken for
@@ -898,7 +898,7 @@ def gate_queues(
     """
     sys_db = dbos._sys_db
     plain, partitioned = sys_db.start_queued_workflows, sys_db.start_queued_partitioned_workflows
-    count, shared, recovery = slots if slots is not None else (0, (), "")
+    count, shared, recovery, ceiling = slots if slots is not None else (0, (), "", 0)
 
     def admitted(run_ids: list[str], incarnation: str, queue: str) -> list[str]:
         if run_ids and not (
@@ -921,7 +921,7 @@ def gate_queues(
             return load_of(queue.name)
         busy = sum(load_of(name) for name in shared)
         if queue.name == recovery:  # DBOS's limit is a ceiling: leave exactly the free slots
-            return int(queue._worker_concurrency) - max(0, count - busy)
+            return ceiling - max(0, count - busy)
         return busy
 
     # DBOS 3.4's calls: start_queued_workflows(queue, executor_id, app_version, partition_key,
