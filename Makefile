@@ -108,6 +108,7 @@ bench: $(STAMP) valgrind
 	$(BIN)/python benchmarks/workers.py
 	$(BIN)/python benchmarks/storage.py
 	$(BIN)/python benchmarks/encryption.py
+	$(BIN)/python benchmarks/limits.py
 	$(BIN)/python benchmarks/waiting.py
 	$(BIN)/python benchmarks/mcp_tools.py
 	$(BIN)/python benchmarks/console.py
@@ -123,6 +124,7 @@ bench-quick: $(STAMP) valgrind
 	$(BIN)/python benchmarks/workers.py --quick
 	$(BIN)/python benchmarks/storage.py --quick
 	$(BIN)/python benchmarks/encryption.py --quick
+	$(BIN)/python benchmarks/limits.py --n 30
 	$(BIN)/python benchmarks/waiting.py --quick --idle 2 --sample 3
 	$(BIN)/python benchmarks/mcp_tools.py --quick
 	$(BIN)/python benchmarks/console.py --quick
