@@ -8,7 +8,7 @@ from typing import Any
 
 from _support.wait import wait_for
 from durable_swarm import Agent, ask_user
-from durable_swarm.durable import _dbos
+from durable_swarm.durable import _dbos, _engine
 from durable_swarm.testing import ScriptedClient, ToolCall, calls, text
 
 
@@ -27,13 +27,13 @@ def test_a_stale_execution_cannot_hand_back_a_run_another_execution_holds(
     swarm = durable_swarm_factory(ScriptedClient(_script))
     handle = swarm.start(ASKER, [{"role": "user", "content": "a shirt"}], run_id=run_id)
     wait_for(lambda: swarm.get_run(run_id).status == "waiting_for_input", "the question")
-    holder = _dbos._owner_of(run_id)
+    holder = _engine.owner_of(run_id)
     assert holder  # the execution waiting here
 
     # An execution of this executor id whose run was taken from it since: its token is gone.
     assert _dbos.hand_back(run_id, "the-token-of-an-execution-that-lost-the-run") is False
     assert _dbos.run_status(run_id) == "PENDING"
-    assert _dbos._owner_of(run_id) == holder
+    assert _engine.owner_of(run_id) == holder
 
     swarm.send_input(run_id, "blue")
     response = handle.result()
@@ -75,6 +75,6 @@ def test_an_execution_knows_its_ownership_token(durable_swarm_factory: Any, run_
         "dbos._context.current_owner_xid no longer gives the execution's token: hand-backs "
         "are not fenced on this DBOS release (see durable/_dbos.py execution_token)"
     )
-    assert SEEN[run_id] == _dbos._owner_of(run_id)
+    assert SEEN[run_id] == _engine.owner_of(run_id)
     swarm.send_input(run_id, "yes")
     wait_for(lambda: swarm.get_run(run_id).status == "succeeded", "the run to finish")

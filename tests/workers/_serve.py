@@ -13,22 +13,22 @@ import json
 import sys
 from typing import Any
 
-import durable_swarm.durable._dbos as dbos_setup
+import durable_swarm.durable._engine as _engine
 from durable_swarm.durable import run_worker
 
 if __name__ == "__main__":
     config = json.loads(sys.argv[1])
     recovery = config.pop("recovery", {})
     if "batch" in recovery:
-        dbos_setup.RECOVERY_BATCH = recovery["batch"]
-        reenqueue = dbos_setup._reenqueue
+        _engine.RECOVERY_BATCH = recovery["batch"]
+        reenqueue = _engine._reenqueue
 
         def counted(*args: Any, **kwargs: Any) -> int:
             count = reenqueue(*args, **kwargs)
             print(f"batched recovery: {count} runs", flush=True)
             return count
 
-        dbos_setup._reenqueue = counted
+        _engine._reenqueue = counted
     if recovery.get("dbos"):
-        dbos_setup.BATCHED_RECOVERY_DBOS = ()
+        _engine.BATCHED_RECOVERY_DBOS = ()
     run_worker(**config)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-import durable_swarm.durable._dbos as dbos_setup
+import durable_swarm.durable._engine as _engine
 from _support import procs
 from durable_swarm.durable import PROCESSES_TABLE, DurableClient
 from durable_swarm.durable._log import WORKFLOW_NAME
@@ -144,11 +144,11 @@ def test_a_failed_batch_of_launch_recovery_does_not_stop_the_next_ones(
         done.append(list(run_ids))
         return len(run_ids)
 
-    monkeypatch.setattr(dbos_setup, "_reenqueue", reenqueue)
-    monkeypatch.setattr(dbos_setup, "RECOVERY_BATCH", 2)
+    monkeypatch.setattr(_engine, "_reenqueue", reenqueue)
+    monkeypatch.setattr(_engine, "RECOVERY_BATCH", 2)
     fake = SimpleNamespace(_sys_db=None, logger=SimpleNamespace(error=errors.append))
     pending = [SimpleNamespace(workflow_id=f"r{i}") for i in range(5)]
-    dbos_setup._recover_own_runs(fake, pending)
+    _engine._recover_own_runs(fake, pending)
     assert done == [["r0", "r1"], ["r4"]]
     assert len(errors) == 1 and "r2 .. r3 (2 runs" in errors[0] and "database is away" in errors[0]
 
@@ -156,7 +156,7 @@ def test_a_failed_batch_of_launch_recovery_does_not_stop_the_next_ones(
 def test_the_installed_dbos_gets_the_batched_recovery() -> None:
     # The batch is written against the DBOS releases in BATCHED_RECOVERY_DBOS; any other gets
     # DBOS's own recovery. A DBOS upgrade fails here until the batch is checked against it.
-    assert dbos_setup._dbos_version().startswith(dbos_setup.BATCHED_RECOVERY_DBOS)
+    assert _engine.dbos_version().startswith(_engine.BATCHED_RECOVERY_DBOS)
 
 
 @pytest.mark.parametrize(

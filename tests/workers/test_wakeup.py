@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from durable_swarm.durable import DurableClient
-from durable_swarm.durable._ownership import gate_queues
+from durable_swarm.durable._engine import gate_queues
 from durable_swarm.durable._wakeup import Wakeups, install
 
 from .conftest import TIMEOUT, WorkerProcess, wait_for

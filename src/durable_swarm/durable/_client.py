@@ -16,8 +16,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from dbos import DBOSClient, EnqueueOptions
-
 from .. import tracing
 from ..compaction import check_compact_at
 from ..errors import DatabaseUnavailableError, DurableSwarmError, RunNotFoundError
@@ -26,6 +24,7 @@ from ..usage import Budget, check_budget
 from . import _dbos
 from ._control import ClientSource, RunCommands, RunControl
 from ._database import display_url, is_postgres, resolve_database_url, sqlite_path
+from ._engine import DBOSClient, EnqueueOptions
 from ._log import EVENTS_STREAM, WORKFLOW_NAME, JsonSerializer, StoredResult, naming_run
 from ._runs import RunInfo, step_outputs
 from ._sealing import configure as configure_keys

@@ -13,12 +13,11 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from dbos import SetWorkflowID
-
 from .._aio import off_event_loop
 from ..errors import DurableSwarmError
 from ..usage import Budget, check_budget
 from ._decisions import DecisionLog, DecisionRecord, payload
+from ._engine import SetWorkflowID, client_system_database, system_database
 from ._limits import limiter_for
 from ._listing import PendingApproval, RunFilter, RunQuery
 from ._log import BUDGET_TOPIC, WAITING_EVENT
@@ -72,16 +71,14 @@ class ClientSource:
     @property
     def system_database(self) -> Any:
         """DBOS's system database object behind the client (its engine and tables)."""
-        return self._client._sys_db
+        return client_system_database(self._client)
 
 
 def _system_database(source: Any) -> Any:
     found = getattr(source, "system_database", None)
     if found is not None:
         return found
-    from dbos._dbos import _get_dbos_instance
-
-    return _get_dbos_instance()._sys_db
+    return system_database()
 
 
 class RunControl:

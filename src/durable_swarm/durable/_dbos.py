@@ -4,31 +4,33 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import importlib.metadata
 import logging
 import os
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
-
-import dbos._dbos as dbos_internals
-import sqlalchemy as sa
-from dbos import DBOS
 
 from .._aio import in_event_loop
 from ..errors import DatabaseUnavailableError, DurableSwarmError, ExecutorIdInUseError
-from . import _drain
+from . import _drain, _engine
 from ._database import describe_fault, display_url, prepare_sqlite
+from ._engine import (
+    DBOS,
+    execution_token,
+    gate_queues,
+    is_launched,
+    on_dbos_loop,
+    system_database,
+)
 from ._failures import quiet_tracebacks
 from ._log import REPLAY_VERSION, JsonSerializer
-from ._ownership import Ownership, gate_queues, new_executor_id, timing
+from ._ownership import Ownership, new_executor_id, timing
 from ._sealing import keyring
 from ._sweeper import stop_sweeper
 from ._waits import stop_watchers
 from ._wakeup import Wakeups
-from ._wakeup import install as install_wakeups
 
 __all__ = [
     "APPLICATION_VERSION",
@@ -38,9 +40,11 @@ __all__ = [
     "execution_token",
     "executor_id",
     "hand_back",
+    "is_launched",
     "launched_url",
     "note_entered",
     "note_taken",
+    "on_dbos_loop",
     "ownership",
     "recover_runs_of",
     "recovery_slots",
@@ -49,6 +53,7 @@ __all__ = [
     "shutdown",
     "slot_given_back",
     "starting_on",
+    "system_database",
 ]
 
 # Recovery only picks up runs of the same application version, so it follows the log's
@@ -75,26 +80,13 @@ RECOVERY_POLL_SECONDS = 1.0
 RECOVERY_SLOTS_ENV = "DURABLE_SWARM_RECOVERY_SLOTS"
 DEFAULT_RECOVERY_SLOTS = 100
 
+# This process's DBOS instance, or None (kept here for the callers that read it from this module).
+_instance = _engine.instance
+
 _lock = threading.RLock()
-_recovery_queue = False  # RECOVERY_QUEUE is registered and this process listens to it
 _launched_url: str | None = None
 _owned = False
 _ownership: Ownership | None = None
-
-
-def _instance() -> Any:
-    return getattr(dbos_internals, "_dbos_global_instance", None)
-
-
-def system_database() -> Any:
-    """The launched DBOS's system database object (its engine and table definitions)."""
-    return _instance()._sys_db
-
-
-def is_launched() -> bool:
-    """Whether DBOS (ours or the app's) is launched in this process."""
-    inst = _instance()
-    return bool(inst is not None and getattr(inst, "_launched", False))
 
 
 def recovery_slots(slots: int | None = None) -> int:
@@ -265,7 +257,7 @@ def ensure_launched(
         ownership: Ownership | None = None
         wakeups: Wakeups | None = None
         early = True
-        if _instance() is None:
+        if _engine.instance() is None:
             executor_id = executor_id or new_executor_id(kind)
             ownership = Ownership(
                 database_url,
@@ -294,7 +286,7 @@ def ensure_launched(
                 cause = describe_fault(e, database_url)
                 raise DatabaseUnavailableError(display_url(database_url), cause) from e
             config = _config(database_url, ownership.executor_id, poll_interval)
-            wakeups = install_wakeups(DBOS(config=config))  # type: ignore[arg-type]
+            wakeups = _engine.install_wakeups(DBOS(config=config))  # type: ignore[arg-type]
             if wakeups is not None:
                 wakeups.starting = starting_on
             _owned = True
@@ -302,7 +294,7 @@ def ensure_launched(
             DBOS.listen_queues([*queues, RECOVERY_QUEUE])
         try:
             if _owned:
-                with _batched_launch_recovery():
+                with _engine.batched_launch_recovery():
                     _launch_outside_event_loop()
             else:
                 _launch_outside_event_loop()
@@ -312,7 +304,7 @@ def ensure_launched(
                 _register_recovery_queue()
                 shared = [*(queues or ()), RECOVERY_QUEUE]
                 gate_queues(
-                    _instance(),
+                    _engine.instance(),
                     ownership,
                     note_taken,
                     hand_back,
@@ -343,7 +335,7 @@ def _check_serializer() -> None:
     serializer writes them, unencrypted."""
     if _owned or keyring() is None:
         return
-    if not isinstance(getattr(_instance(), "_serializer", None), JsonSerializer):
+    if not isinstance(_engine.instance_serializer(), JsonSerializer):
         raise DurableSwarmError(
             "An encryption key is set (DURABLE_SWARM_ENCRYPTION_KEY or encryption_key=...), but "
             "the app configured DBOS without durable-swarm's serializer, so runs would be stored "
@@ -355,7 +347,6 @@ def _check_serializer() -> None:
 def _register_recovery_queue() -> None:
     """Register `RECOVERY_QUEUE` (DBOS's public queue registry); until it is, and if it cannot
     be, recovered runs go to DBOS's internal queue as DBOS's own recovery puts them."""
-    global _recovery_queue
     try:
         _outside_event_loop(
             lambda: DBOS.register_queue(
@@ -373,14 +364,12 @@ def _register_recovery_queue() -> None:
             e,
         )
         return
-    _recovery_queue = True
+    _engine.use_recovery_queue(RECOVERY_QUEUE)
 
 
 def recovery_queue() -> str:
     """The queue a run started without one goes back on when it is recovered here."""
-    from dbos._utils import INTERNAL_QUEUE_NAME
-
-    return RECOVERY_QUEUE if _recovery_queue else INTERNAL_QUEUE_NAME
+    return _engine.recovery_queue()
 
 
 def launched_url() -> str | None:
@@ -390,23 +379,7 @@ def launched_url() -> str | None:
 
 def executor_id() -> str:
     """This process's DBOS executor id."""
-    from dbos._utils import GlobalParams
-
-    return str(GlobalParams.executor_id)
-
-
-def execution_token(run_id: str) -> str | None:
-    """The ownership token of the execution of `run_id` that runs the calling code (DBOS
-    writes it on the run when the execution begins, and refuses the checkpoints of an
-    execution whose token is no longer there); None outside one, or on a DBOS without
-    tokens. DBOS has no public call for it."""
-    try:
-        from dbos._context import current_owner_xid
-
-        token = current_owner_xid(run_id)
-    except (ImportError, AssertionError):
-        return None
-    return None if token is None else str(token)
+    return _engine.executor_id()
 
 
 def hand_back(run_id: str, token: str | None = None) -> bool:
@@ -418,31 +391,16 @@ def hand_back(run_id: str, token: str | None = None) -> bool:
     execution, `execution_token`; None: the token the run holds now, for a run no execution
     here runs). A stale execution, whose run was taken over and started again meanwhile
     (even under this same executor id), moves nothing."""
-    dbos = _instance()
-    wakeups: Wakeups | None = getattr(dbos, "_durable_swarm_wakeups", None)
+    wakeups = _engine.wakeups_of()
     if wakeups is not None and run_id in running_runs():
         wakeups.hold(run_id)  # its slot freeing must not make this process take it back
     handed = False
     try:
-        sys_db = dbos._sys_db
-        if batched_recovery(sys_db):
-            owner = token or _owner_of(run_id)
-            handed = _reenqueue(sys_db, executor_id(), [run_id], owner=owner) > 0
-        else:  # another DBOS release: its own call, fenced by status and executor id only
-            handed = bool(sys_db.reenqueue_for_recovery(run_id, [executor_id()], recovery_queue()))
+        handed = _engine.reenqueue_run(run_id, token)
     finally:
         if not handed and wakeups is not None:
             wakeups.release_hold(run_id)
     return handed
-
-
-def _owner_of(run_id: str) -> str | None:
-    """The ownership token `run_id` holds now (None if it has none, or no such run)."""
-    runs = system_database().tables.workflow_status
-    query = sa.select(runs.c.owner_xid).where(runs.c.workflow_uuid == run_id)
-    with system_database().engine.begin() as conn:
-        row = conn.execute(query).first()
-    return None if row is None or row[0] is None else str(row[0])
 
 
 @contextlib.asynccontextmanager
@@ -453,7 +411,7 @@ async def slot_given_back(run_id: str, joins: str | None = None) -> AsyncIterato
     this process, and the slot goes to the next run; when the block ends, the run takes a slot
     back if it gave one, waiting for one if the worker is full. Without the library's wake-ups
     (another DBOS version), the run keeps its slot."""
-    wakeups: Wakeups | None = getattr(_instance(), "_durable_swarm_wakeups", None)
+    wakeups = _engine.wakeups_of()
     if wakeups is None:
         yield
         return
@@ -463,7 +421,7 @@ async def slot_given_back(run_id: str, joins: str | None = None) -> AsyncIterato
 
 def running_runs() -> list[str]:
     """The ids of the runs executing in this process now."""
-    return list(_instance()._active_workflows_set.activeList())
+    return _engine.active_run_ids()
 
 
 # Runs this process took from a queue or started, by id, with when (time.monotonic()), until
@@ -533,8 +491,7 @@ def busy_runs() -> list[str]:
 def run_status(run_id: str) -> str | None:
     """The DBOS status of `run_id` read now, outside any workflow step (so a workflow may call
     it any number of times without changing its recorded steps)."""
-    status = _instance()._sys_db.get_workflow_status(run_id)
-    return None if status is None else str(status["status"])
+    return _engine.run_status(run_id)
 
 
 def ownership() -> Ownership | None:
@@ -543,152 +500,10 @@ def ownership() -> Ownership | None:
     return _ownership
 
 
-# The DBOS releases whose system database `_reenqueue` was written and tested against
-# (its table, and the update DBOS's own recovery makes); any other release gets DBOS's own
-# recovery, one transaction per run.
-BATCHED_RECOVERY_DBOS = ("3.4.",)
-# Runs put back on their queues per transaction: a dequeue waits at most for one batch.
-RECOVERY_BATCH = 500
-
-
-def _dbos_version() -> str:
-    try:
-        return importlib.metadata.version("dbos")
-    except importlib.metadata.PackageNotFoundError:
-        return ""
-
-
-def batched_recovery(sys_db: Any) -> bool:
-    """Whether this DBOS's recovery can be batched (`_reenqueue`): a tested DBOS
-    release, whose system database has what the batch uses, not sharded."""
-    names = ("tables", "engine", "app_name", "_now_ms_sql", "_name_filter")
-    return (
-        _dbos_version().startswith(BATCHED_RECOVERY_DBOS)
-        and getattr(sys_db, "sharded", True) is False
-        and all(hasattr(sys_db, name) for name in names)
-    )
-
-
 def recover_runs_of(executor_id: str) -> int:
     """Put the PENDING runs of the (dead) executor `executor_id` back on their queues; returns
     how many. Needs DBOS launched in this process."""
-    sys_db = system_database()
-    if batched_recovery(sys_db):
-        return _reenqueue(sys_db, executor_id)
-    # DBOS recovers only its own executor's runs at launch and has no public call for another
-    # executor's. This private one is what launch uses: it re-enqueues each PENDING run of the
-    # current application version on its own queue (DBOS's internal queue for runs started
-    # without one), each in a transaction of its own, only if the run still carries
-    # `executor_id`, so a run a live process has dequeued since is left alone and calling it
-    # twice is harmless.
-    return len(DBOS._recover_pending_workflows([executor_id]))
-
-
-def _reenqueue(
-    sys_db: Any,
-    executor_id: str,
-    run_ids: Sequence[str] | None = None,
-    *,
-    owner: str | None = None,
-) -> int:
-    """DBOS's recovery of `executor_id`'s PENDING runs (all of them, in batches of
-    `RECOVERY_BATCH` runs per statement; or those of `run_ids`, in one statement) instead of one
-    transaction per run; returns how many went back on a queue.
-
-    Each batch makes the update DBOS's `reenqueue_for_recovery` makes to one run (PENDING ->
-    ENQUEUED on the run's queue, else DBOS's internal queue; the execution's ownership token
-    cleared). Without `run_ids` it takes the runs DBOS's `get_pending_workflows` selects (this
-    executor, this application version and name): only for a dead executor, which starts no run
-    meanwhile. The `executor_id` condition keeps it idempotent like DBOS's: a run that a live
-    process has dequeued since carries that process's id and is left alone. `owner` (with
-    `run_ids`): only runs still owned by the execution holding that token (see `hand_back`).
-    """
-    from dbos._utils import GlobalParams
-
-    runs = sys_db.tables.workflow_status
-    pending = sa.and_(runs.c.status == "PENDING", runs.c.executor_id == executor_id)
-
-    def reenqueue(which: Any) -> int:
-        statement = (
-            sa.update(runs)
-            .where(runs.c.workflow_uuid.in_(which), pending)
-            .values(
-                status="ENQUEUED",
-                owner_xid=None,
-                started_at_epoch_ms=None,
-                updated_at=sys_db._now_ms_sql(),
-                queue_name=sa.func.coalesce(runs.c.queue_name, recovery_queue()),
-            )
-        )
-        with sys_db.engine.begin() as conn:
-            return int(conn.execute(statement).rowcount)
-
-    if owner is not None:
-        pending = sa.and_(pending, runs.c.owner_xid == owner)
-    if run_ids is not None:  # the caller batches them (`_recover_own_runs`)
-        return reenqueue(list(run_ids))
-    of_this_app = sa.and_(
-        pending,
-        runs.c.application_version == GlobalParams.app_version,
-        sys_db._name_filter(runs.c.application_name, sys_db.app_name),
-    )
-    # in id order, so two processes sweeping the same dead executor lock its rows alike
-    batch = (
-        sa.select(runs.c.workflow_uuid)
-        .where(of_this_app)
-        .order_by(runs.c.workflow_uuid)
-        .limit(RECOVERY_BATCH)
-    )
-    total = 0
-    while count := reenqueue(batch):  # (a batch of fewer may only mean some were taken meanwhile)
-        total += count
-    return total
-
-
-def _recover_own_runs(dbos: Any, pending: list[Any]) -> None:
-    """DBOS's launch recovery of this executor's own pending runs (`startup_recovery_thread`,
-    given the runs DBOS listed at launch, before this process could start any), batched."""
-    from dbos._utils import GlobalParams
-
-    run_ids = [run.workflow_id for run in pending]
-    for start in range(0, len(run_ids), RECOVERY_BATCH):
-        batch = run_ids[start : start + RECOVERY_BATCH]
-        try:
-            _reenqueue(dbos._sys_db, str(GlobalParams.executor_id), batch)
-        except Exception as e:  # as DBOS does for one run: say so and go on with the next
-            # The batch's runs stay PENDING here; the ownership thread hands them back to their
-            # queues once they have been left alone for `dead_after` (see `Ownership._heal`).
-            dbos.logger.error(
-                f"Exception encountered when recovering runs {batch[0]} .. {batch[-1]} "
-                f"({len(batch)} runs; they go back to their queues later): {e!r}"
-            )
-
-
-@contextlib.contextmanager
-def _batched_launch_recovery() -> Iterator[None]:
-    """While DBOS launches here: its recovery of this executor's own runs goes in batches
-    (`_recover_own_runs`) if this DBOS release is one the batch was tested with.
-
-    DBOS (3.4) submits `startup_recovery_thread` (one transaction per run) to its executor at
-    launch and has no public switch for it; the function it submits is looked up in its module
-    at launch, so it is replaced for that moment only.
-    """
-    original = getattr(dbos_internals, "startup_recovery_thread", None)
-    if original is None or not _dbos_version().startswith(BATCHED_RECOVERY_DBOS):
-        yield
-        return
-
-    def recover(dbos: Any, pending: list[Any]) -> None:
-        if batched_recovery(dbos._sys_db) and all(hasattr(r, "workflow_id") for r in pending):
-            _recover_own_runs(dbos, pending)
-        else:
-            original(dbos, pending)
-
-    dbos_internals.startup_recovery_thread = recover  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        dbos_internals.startup_recovery_thread = original
+    return _engine.recover_runs_of(executor_id)
 
 
 def _launch_outside_event_loop() -> None:
@@ -722,17 +537,6 @@ def _outside_event_loop(call: Callable[[], Any]) -> None:
         raise errors[0]
 
 
-def on_dbos_loop(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run `coroutine` on DBOS's own event loop and wait for it (from synchronous code).
-
-    A sync `DBOS.start_workflow` of an async workflow keeps one of DBOS's executor threads busy
-    for the whole run, waits included; started from DBOS's loop, the run is a task there and
-    holds no thread. (DBOS exposes no public call for this: it is its background loop.)
-    """
-    result: T = _instance()._background_event_loop.submit_coroutine(coroutine)
-    return result
-
-
 def drain(timeout: float | None) -> list[str]:
     """Begin stopping: take no more runs, begin no new step, and wait up to `timeout` seconds
     (None: for good) for the steps running here to finish and be recorded (see `_drain`).
@@ -751,14 +555,14 @@ def shutdown() -> None:
     process is marked stopped, so other processes take over its unfinished runs at once; if a
     step is still running here, only once it is over (its heartbeats go on until then), so no
     step ever runs in two processes at the same moment."""
-    global _launched_url, _owned, _ownership, _recovery_queue
+    global _launched_url, _owned, _ownership
     with _lock:
         ownership, _ownership = _ownership, None
         if ownership is not None:
             ownership.stopping()
         stop_watchers()
         stop_sweeper()  # it reads through this DBOS
-        if _owned and _instance() is not None:
+        if _owned and _engine.instance() is not None:
             DBOS.destroy(workflow_completion_timeout_sec=0)
         if ownership is not None:
             if _drain.in_flight():
@@ -767,6 +571,6 @@ def shutdown() -> None:
                 ownership.stop()
         _owned = False
         _launched_url = None
-        _recovery_queue = False
+        _engine.use_recovery_queue(None)
         with _taken_lock:
             _taken.clear()

@@ -14,10 +14,8 @@ import functools
 import logging
 from typing import Any
 
-from dbos import DBOS
-from dbos._error import DBOSMaxStepRetriesExceeded
-
 from ..errors import ModelCallError, RunError
+from ._engine import DBOS, DBOSMaxStepRetriesExceeded
 
 __all__ = ["DEFAULT_MODEL_RETRIES", "model_failure", "quiet_tracebacks", "without_retries"]
 

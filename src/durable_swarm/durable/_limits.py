@@ -37,10 +37,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 import sqlalchemy as sa
-from dbos._error import DBOSWorkflowCancelledError
 
 from ..limits import ModelLimits, retry_after
 from . import _dbos
+from ._engine import DBOSWorkflowCancelledError
 from ._tables import engine_for, engine_with, missing_table
 
 __all__ = [

@@ -68,12 +68,10 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from dbos._error import DBOSAwaitedWorkflowCancelledError
-from dbos._serialization import Serializer
-
 from .. import errors
 from ..errors import DurableSwarmError, EncryptionKeyError, RunCancelledError, RunError
 from ..usage import Tally, Usage
+from ._engine import DBOSAwaitedWorkflowCancelledError, Serializer
 from ._sealing import SealedValue, keyring, sealed_key_id
 
 __all__ = [

@@ -40,7 +40,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -864,96 +864,3 @@ class Ownership:
             self._say(f"could not mark {self.executor_id!r} stopped ({e.orig}); it times out")
         finally:
             self.registry.close()
-
-
-def gate_queues(
-    dbos: Any,
-    ownership: Ownership,
-    taken: Callable[[Sequence[str], str], None] = lambda ids, queue: None,
-    give_back: Callable[[str], bool] = bool,
-    starting: Callable[[str], int] = lambda queue: 0,
-    slots: tuple[int, Sequence[str], str, int] | None = None,
-) -> None:
-    """Make DBOS's queue thread take no run while `ownership` is not confirmed, and tell `taken`
-    the ids of the runs it does take and their queue (before it starts them).
-
-    `starting(queue)` is how many runs this process took from `queue` that have not begun yet;
-    the claim counts them as running here, with those begun (DBOS counts a run against its
-    queue's per-worker concurrency only once it begins, and only as of the start of its poll, so
-    a second look soon after a claim would overshoot).
-
-    `slots` is `(count, queues, recovery queue, its limit)`: this process runs at most `count`
-    runs at once from `queues` together (a worker: its queue and the recovery queue), so a claim
-    from one of them counts the runs of all of them; the recovery queue, whose per-worker limit
-    in DBOS (`its limit`) is only a ceiling, gets exactly the free slots. That is how a dead
-    process's runs spread over the live processes instead of going all to the first that looks.
-
-    The confirmation is checked again once the claim returns, under the same registration: a
-    process paused (or cut off) between the first check and its claim may have been taken for
-    dead meanwhile, and the runs it claimed go back to their queues through `give_back` instead
-    of starting here.
-
-    DBOS (3.4) has no public switch for this; its queue thread claims runs through these two
-    system-database calls, wrapped here on this process's instance only.
-    """
-    sys_db = dbos._sys_db
-    plain, partitioned = sys_db.start_queued_workflows, sys_db.start_queued_partitioned_workflows
-    count, shared, recovery, ceiling = slots if slots is not None else (0, (), "", 0)
-
-    def admitted(run_ids: list[str], incarnation: str, queue: str) -> list[str]:
-        if run_ids and not (
-            ownership.confirmed() and ownership.registry.incarnation == incarnation
-        ):
-            for run_id in run_ids:
-                give_back(run_id)
-            return []
-        taken(run_ids, queue)
-        return run_ids
-
-    def load_of(name: str) -> int:
-        # Runs taken but not begun, then those begun (read in this order, a run moving from one
-        # to the other in between counts twice, never zero times).
-        taken_here = starting(name)
-        return taken_here + int(dbos._active_workflows_set.count_for_queue(name))
-
-    def load(queue: Any) -> int:
-        if queue.name not in shared:
-            return load_of(queue.name)
-        busy = sum(load_of(name) for name in shared)
-        if queue.name == recovery:  # DBOS's limit is a ceiling: leave exactly the free slots
-            return ceiling - max(0, count - busy)
-        return busy
-
-    # DBOS 3.4's calls: start_queued_workflows(queue, executor_id, app_version, partition_key,
-    # local_running_count, ...) and start_queued_partitioned_workflows(queue, executor_id,
-    # app_version, max_tasks, ...). Only a queue with a per-worker limit uses the count (not
-    # DBOS's internal queue, which carries thousands of recovered runs at once); DBOS's count
-    # (its active runs when the poll began, plus what this poll claimed) stands where it is
-    # the larger.
-    def start_queued(queue: Any, *args: Any, **kwargs: Any) -> Any:
-        if not ownership.confirmed():
-            return [], None
-        incarnation = ownership.registry.incarnation
-        if getattr(queue, "_worker_concurrency", None) is not None:
-            if len(args) >= 4:
-                args = (*args[:3], max(args[3], load(queue)), *args[4:])
-            else:
-                running = max(kwargs.get("local_running_count", 0), load(queue))
-                kwargs["local_running_count"] = running
-        run_ids, reason = plain(queue, *args, **kwargs)
-        return admitted(run_ids, incarnation, queue.name), reason
-
-    def start_partitioned(queue: Any, *args: Any, **kwargs: Any) -> Any:
-        if not ownership.confirmed():
-            return []
-        incarnation = ownership.registry.incarnation
-        limit = getattr(queue, "_worker_concurrency", None)
-        if limit is not None and len(args) >= 3:
-            room = min(args[2], max(0, limit - load(queue)))
-            if room <= 0:
-                return []
-            args = (*args[:2], room, *args[3:])
-        return admitted(partitioned(queue, *args, **kwargs), incarnation, queue.name)
-
-    sys_db.start_queued_workflows = start_queued
-    sys_db.start_queued_partitioned_workflows = start_partitioned

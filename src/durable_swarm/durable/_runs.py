@@ -10,12 +10,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from dbos import DBOS
-
 from .._messages import final_answer, tool_message
 from ..errors import EncryptionKeyError, RunNotFoundError
 from ..human import Decision, arguments_digest
 from ..usage import Tally, Usage
+from ._engine import DBOS
 from ._log import (
     WAITING_EVENT,
     StoredResult,

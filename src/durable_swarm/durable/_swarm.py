@@ -11,8 +11,6 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from dbos import DBOS, SetWorkflowID
-
 from .. import tracing
 from .._aio import in_event_loop, off_event_loop
 from .._signature import takes_run
@@ -28,6 +26,7 @@ from ..usage import Budget, Prices, check_budget, check_prices
 from . import _dbos
 from ._control import RunCommands, RunControl
 from ._database import resolve_database_url
+from ._engine import DBOS, SetWorkflowID
 from ._failures import DEFAULT_MODEL_RETRIES
 from ._log import StoredResult, naming_run, spec_of
 from ._ownership import timing

@@ -32,7 +32,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import sqlalchemy as sa
-from dbos._error import DBOSWorkflowCancelledError
+
+from ._engine import DBOSWorkflowCancelledError, notification_poll_interval
 
 __all__ = [
     "CANCEL_TOPIC",
@@ -304,8 +305,8 @@ def watcher_for(sys_db: Any) -> WaitWatcher:
             for old in _watchers.values():
                 old.stop()
             _watchers.clear()
-            poll = getattr(sys_db, "_notification_listener_polling_interval_sec", 1.0)
-            watcher = _watchers[id(sys_db)] = WaitWatcher(sys_db, float(poll))
+            poll = notification_poll_interval(sys_db)
+            watcher = _watchers[id(sys_db)] = WaitWatcher(sys_db, poll)
         return watcher
 
 

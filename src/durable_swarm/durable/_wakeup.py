@@ -54,12 +54,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import importlib.metadata
 import logging
 import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from typing import Any, cast
+from typing import Any
 
 __all__ = ["Wakeups", "install", "supported"]
 
@@ -76,33 +75,6 @@ JOIN_ELSEWHERE_SECONDS = 1.0
 # False leaves DBOS's queue threads as they are (polling only): the baseline that
 # `benchmarks/workers.py` measures the wake-ups against.
 ENABLED = True
-
-
-def supported() -> bool:
-    """Whether the installed DBOS is one whose internals `install` knows (see `SUPPORTED_DBOS`)."""
-    try:
-        parts = importlib.metadata.version("dbos").split(".")
-        version = (int(parts[0]), int(parts[1]))
-    except (importlib.metadata.PackageNotFoundError, ValueError, IndexError):
-        return False
-    if version not in SUPPORTED_DBOS:
-        return False
-    import dbos._core as core
-    import dbos._queue as queue
-
-    if not callable(getattr(queue, "queue_worker_thread", None)):
-        return False
-    # The active-run set's fields and methods `_active_runs` relies on, on a throwaway one.
-    try:
-        active = core.ActiveWorkflowById()
-        entry = active.add("probe", "queue", None)
-        fields = (active._m, active._lock, entry._key, entry._bucket, entry._active)
-        known = fields[0] == {"probe": [("queue", None)]} and entry._released is False
-        entry.release()
-        methods = ("count_for_queue", "count_for_partition")
-        return known and not active._m and all(hasattr(active, name) for name in methods)
-    except (AttributeError, TypeError, KeyError, ValueError):
-        return False
 
 
 class _Waker:
@@ -362,6 +334,29 @@ class Wakeups:
             waker.open()
 
 
+def supported() -> bool:
+    """Whether the installed DBOS is one whose internals `install` knows (see `SUPPORTED_DBOS`)."""
+    from . import _engine
+
+    return _engine.wakeups_supported()
+
+
+def install(dbos: Any) -> Wakeups | None:
+    """Make `dbos` (an instance not launched yet) take queued runs as soon as one of its runs of
+    the queue finishes; returns its `Wakeups`, or None when this DBOS version is not supported
+    or `ENABLED` is False. DBOS's side of it is `_engine.install_wakeups`."""
+    from . import _engine
+
+    return _engine.install_wakeups(dbos)
+
+
+def _shares_budget(queue: Any) -> bool:
+    """Whether `queue` has limits shared with other processes (then it is only polled)."""
+    from . import _engine
+
+    return _engine._shares_budget(queue)
+
+
 def _tally(counter: Counter[Any], key: Any, change: int) -> None:
     """Add `change` to `counter[key]`, dropping the key at zero (no key is kept for every
     partition ever seen)."""
@@ -384,7 +379,7 @@ class _Tree:
 
     def __init__(self, root: Any) -> None:
         self.root = root  # None once it left (no reference cycle is left behind)
-        self.bucket: Bucket = root._bucket
+        self.bucket: Bucket = root.bucket
         self.queue: str = root.queue
         self.members: dict[str, Any] = {}
         self.running = 1
@@ -395,323 +390,3 @@ class _Tree:
         """The root (while it runs here) and the members, as they are now."""
         root = [] if self.root is None else [self.root]
         return [*root, *self.members.values()]
-
-
-def _active_runs(core: Any, wakeups: Wakeups) -> Any:
-    """A new set of active runs for a DBOS instance (DBOS's `ActiveWorkflowById`, which its
-    queue threads count a queue's runs by), reporting to `wakeups`."""
-
-    class Execution(core.ActiveWorkflowEntry):
-        """One execution of a run here (DBOS's entry): its tree (None: neither a queued run nor
-        a sub-agent started by one here), whether it waits (for a person, or for the run
-        `joins` to end), and whether its tree counts it as running. A join counts as running
-        until the run it joins is registered here (DBOS registers a run in its own task, which
-        may not have begun when its parent joins it), then as waiting; also as waiting once
-        that run has not registered within `JOIN_ELSEWHERE_SECONDS` (it runs elsewhere)."""
-
-        _released: bool
-
-        def __init__(self, active: Any, key: str, bucket: Bucket | None) -> None:
-            super().__init__(active, key, bucket)
-            self.tree: _Tree | None = None
-            self.waiting = False
-            self.counted = True
-            self.joins: Any = None  # the member (or, not registered yet, the run id) it joins
-
-        @property
-        def run_id(self) -> str:
-            return str(self._key)
-
-        @property
-        def queue(self) -> str | None:
-            return None if self._bucket is None else self._bucket[0]
-
-        def release(self) -> None:
-            if not self._released:
-                self._released = True
-                self._active._remove_execution(self)
-
-    class ActiveRuns(core.ActiveWorkflowById):
-        """DBOS's set of runs executing here. It counts them per queue (and partition) as
-        they come and go, without the ones whose tree gave its slot back (DBOS scanned every
-        active run at each look at each queue), and frees a slot when a run leaves."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self._queues: Counter[str] = Counter()  # executions counted, by queue
-            self._buckets: Counter[Bucket] = Counter()  # and by (queue, partition)
-            # joins of runs not registered here (yet), by the run id they join
-            self._pending: dict[str, list[Any]] = {}
-
-        def _count(self, bucket: Bucket | None, change: int) -> None:
-            if bucket is None:
-                return
-            _tally(self._queues, bucket[0], change)
-            _tally(self._buckets, bucket, change)
-
-        def add(
-            self, key: str, queue_name: str | None = None, queue_partition_key: str | None = None
-        ) -> Any:
-            bucket = None if queue_name is None else (queue_name, queue_partition_key)
-            execution = Execution(self, key, bucket)
-            # A run without a queue started from the task of an execution here (a sub-agent:
-            # DBOS registers it in its own task, a copy of its parent's context) joins the
-            # parent's tree, which holds its slot while the parent starts it.
-            parent = _execution.get(None) if bucket is None else None
-            freed, back = [], None
-            with self._lock:
-                self._m.setdefault(key, []).append(bucket)
-                self._count(bucket, 1)
-                if bucket is not None:
-                    execution.tree = _Tree(execution)
-                elif parent is not None and parent._active is self and not parent._released:
-                    tree = parent.tree
-                    if tree is not None and tree.live:
-                        execution.tree = tree
-                        tree.members[key] = execution
-                        tree.running += 1
-                        if tree.given_back:  # it runs: the tree takes its slot back at once
-                            tree.given_back = False
-                            self._count(tree.bucket, 1)
-                            back = tree
-                # Joins of this run now wait on something known: a member of the joiner's
-                # tree (which runs for it), or a run outside it (whose work is not the tree's).
-                for joiner in self._pending.pop(key, ()):
-                    joined = joiner.tree
-                    if not (joiner.waiting and joined and joined.live):
-                        continue
-                    joiner.joins = execution if execution.tree is joined else None
-                    if joiner.counted:  # else no longer counted (see `join_elsewhere`)
-                        joiner.counted = False
-                        joined.running -= 1
-                        freed.append(self._give_back(joined))
-            _execution.set(execution)
-            if back is not None:  # its members in line for a slot go on in the tree's
-                wakeups._tree_back(back.queue, back)
-            for queue in freed:
-                if queue is not None:
-                    wakeups._slot_freed(queue)
-            return execution
-
-        def _unpend(self, execution: Any) -> None:
-            """Under the lock: forget `execution`'s join of a run not registered here."""
-            joins = execution.joins
-            if isinstance(joins, str):
-                joiners = self._pending.get(joins, [])
-                if execution in joiners:
-                    joiners.remove(execution)
-                if not joiners:
-                    self._pending.pop(joins, None)
-
-        def _remove_execution(self, execution: Any) -> None:
-            key, bucket, tree = execution._key, execution._bucket, execution.tree
-            freed, counted = None, True
-            with self._lock:
-                buckets = self._m[key]
-                buckets.remove(bucket)
-                if not buckets:
-                    del self._m[key]
-                if tree is None:
-                    self._count(bucket, -1)
-                elif execution is tree.root:
-                    tree.root, tree.live, counted = None, False, not tree.given_back
-                    if counted:
-                        self._count(bucket, -1)
-                else:
-                    if tree.members.get(key) is execution:
-                        del tree.members[key]
-                    if execution.counted:
-                        tree.running -= 1
-                    # Whoever joins it goes on with the slot it leaves (none, if the tree
-                    # gave it back: the joiner then takes one back itself).
-                    for joiner in tree.executions():
-                        if joiner.joins is execution and not tree.given_back:
-                            joiner.joins, joiner.counted = None, True
-                            tree.running += 1
-                    freed = self._give_back(tree)
-                self._unpend(execution)
-                execution.waiting, execution.joins, execution.counted = False, None, True
-            wakeups._released(key, execution.queue if counted else None)
-            if freed is not None:
-                wakeups._slot_freed(freed)
-
-        def _give_back(self, tree: _Tree) -> str | None:
-            """Under the lock: if no execution of `tree` runs, its root stops counting against
-            its queue; returns that queue (its slot is free), else None."""
-            if tree.running or tree.given_back or not tree.live:
-                return None
-            tree.given_back = True
-            self._count(tree.bucket, -1)
-            return tree.queue
-
-        def pause(
-            self, execution: Any, run_id: str, joins: str | None = None
-        ) -> tuple[bool, str | None]:
-            """Mark `execution` (of `run_id`, in a live tree, running here) as waiting: for a
-            person, or for the run `joins` to end (a member of the tree, or a run registered
-            here outside it; counted as running until that run is registered, see
-            `join_elsewhere`). Returns whether it did (nothing is done for any other
-            execution), and the queue whose slot that freed (no execution of the tree is
-            counted as running any more), if any."""
-            with self._lock:
-                tree = execution.tree
-                if (
-                    execution._active is not self
-                    or execution.run_id != run_id
-                    or tree is None
-                    or not tree.live
-                    or execution._released
-                    or execution.waiting
-                ):
-                    return False, None
-                execution.waiting = True
-                if joins is not None:
-                    member = tree.members.get(joins)
-                    if member is not None:
-                        execution.joins = member
-                    elif joins not in self._m:  # not registered (yet): still counted
-                        execution.joins = joins
-                        self._pending.setdefault(joins, []).append(execution)
-                        return True, None
-                    # else a run registered here outside the tree (recovered on its own):
-                    # its work is not the tree's, and its end hands nothing over
-                execution.counted = False
-                tree.running -= 1
-                return True, self._give_back(tree)
-
-        def join_elsewhere(self, execution: Any) -> str | None:
-            """If waiting `execution` still joins a run not registered here, stop counting it
-            as running (the run it joins is not its tree's work, unless it registers here in
-            the tree later, which then runs for it); returns the queue whose slot that freed,
-            if any."""
-            with self._lock:
-                tree = execution.tree
-                if not (
-                    isinstance(execution.joins, str)
-                    and execution.waiting
-                    and execution.counted
-                    and tree is not None
-                    and tree.live
-                ):
-                    return None
-                execution.counted = False
-                tree.running -= 1
-                return self._give_back(tree)
-
-        def given_back(self, tree: _Tree) -> bool:
-            """Whether `tree` gave its slot back (and its root still runs here)."""
-            with self._lock:
-                return tree.given_back and tree.live
-
-        def resume(self, execution: Any) -> str | None:
-            """Mark waiting `execution` as running, unless its tree gave its slot back: then
-            return the queue to take a slot of first (see `retake`)."""
-            with self._lock:
-                tree = execution.tree
-                if not execution.waiting or tree is None:
-                    return None
-                if not execution.counted and tree.given_back and tree.live:
-                    return tree.queue
-                self._run(execution, tree)
-                return None
-
-        def _run(self, execution: Any, tree: _Tree) -> None:
-            """Under the lock: `execution` no longer waits, and is counted as running."""
-            self._unpend(execution)
-            execution.waiting, execution.joins = False, None
-            if not execution.counted:
-                execution.counted = True
-                tree.running += 1
-
-        def retake(self, execution: Any) -> bool:
-            """Mark `execution`, if it waits, as running, its tree counting against its queue
-            again at once; returns whether this took the tree's slot back (False: the tree
-            held it, or nothing waited)."""
-            with self._lock:
-                tree = execution.tree
-                if not execution.waiting or tree is None:
-                    return False
-                self._run(execution, tree)
-                if not (tree.given_back and tree.live):
-                    return False
-                tree.given_back = False
-                self._count(tree.bucket, 1)
-                return True
-
-        def count_for_queue(self, queue_name: str) -> int:
-            with self._lock:
-                return self._queues[queue_name]
-
-        def count_for_partition(self, queue_name: str, queue_partition_key: str | None) -> int:
-            with self._lock:
-                return self._buckets[(queue_name, queue_partition_key)]
-
-    return ActiveRuns()
-
-
-_installed_thread = False
-
-# A queue's limits shared with other processes: DBOS claims from such a queue in a stricter
-# transaction (REPEATABLE READ or SERIALIZABLE on PostgreSQL) and backs its polls off while
-# claims conflict; wake-ups would bypass that backoff, so such queues are only polled.
-_SHARED_LIMITS = ("_concurrency", "_partition_concurrency", "_limiter", "_partition_limiter")
-
-
-def _shares_budget(queue: Any) -> bool:
-    return any(getattr(queue, name, None) is not None for name in _SHARED_LIMITS)
-
-
-def _install_queue_thread() -> None:
-    """Route DBOS's per-queue thread through a waker of its instance's `Wakeups` (once per
-    process; instances without one keep DBOS's plain behaviour)."""
-    global _installed_thread
-    if _installed_thread:
-        return
-    import dbos._queue as dbos_queue
-
-    plain = dbos_queue.queue_worker_thread
-
-    def queue_worker_thread(stop_event: threading.Event, dbos: Any, queue: Any) -> None:
-        wakeups: Wakeups | None = getattr(dbos, "_durable_swarm_wakeups", None)
-        if wakeups is None:
-            plain(stop_event, dbos, queue)
-            return
-        limit = getattr(queue, "_worker_concurrency", None)
-        waker = wakeups.add(queue.name, stop_event, not _shares_budget(queue), limit)
-        dbos.background_thread_stop_events.append(waker)  # DBOS's shutdown wakes it too
-        try:
-            plain(cast(threading.Event, waker), dbos, queue)  # it uses is_set and wait only
-        finally:
-            wakeups.remove(queue.name, waker)
-
-    dbos_queue.queue_worker_thread = queue_worker_thread
-    _installed_thread = True
-
-
-def install(dbos: Any) -> Wakeups | None:
-    """Make `dbos` (an instance not launched yet) take queued runs as soon as one of its runs of
-    the queue finishes; returns its `Wakeups` (call `open()` once queue work may start), or None
-    when this DBOS version is not supported or `ENABLED` is False (queues are then polled as
-    configured)."""
-    if not ENABLED:
-        return None
-    if not supported():
-        logger.info(
-            "durable-swarm: this DBOS version is not one whose queue thread durable-swarm knows "
-            "(%s); workers take new runs every poll_interval only",
-            SUPPORTED_DBOS,
-        )
-        return None
-    import dbos._core as core
-
-    wakeups = Wakeups()
-    active = dbos._active_workflows_set
-
-    if active._m:
-        raise RuntimeError("durable-swarm: install the wake-ups before DBOS runs anything")
-    replacement = _active_runs(core, wakeups)
-    dbos._active_workflows_set = replacement
-    wakeups._active = replacement
-    dbos._durable_swarm_wakeups = wakeups
-    _install_queue_thread()
-    return wakeups

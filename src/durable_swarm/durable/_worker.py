@@ -25,7 +25,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 import sqlalchemy as sa
-from dbos import DBOS
 
 from .. import _registry
 from ..errors import DatabaseUnavailableError, DurableSwarmError
@@ -33,6 +32,7 @@ from ..limits import Limits, check_limits
 from . import _dbos, _drain
 from ._client import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, DEFAULT_SHUTDOWN_GRACE
 from ._database import describe_fault, display_url, resolve_database_url
+from ._engine import DBOS
 from ._imports import is_model_client, load_target
 from ._ownership import new_executor_id, on_taken_policy, timing
 from ._retention import Retention

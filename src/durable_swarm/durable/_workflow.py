@@ -27,10 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-import dbos
 import sqlalchemy as sa
-from dbos import DBOS, SetWorkflowID, StepOptions
-from dbos._error import DBOSBaseException, DBOSWorkflowCancelledError, DBOSWorkflowConflictIDError
 
 from .. import _registry, guardrails, model, tracing
 from .._aio import blocking_executor, is_async_callable, run_in
@@ -73,6 +70,15 @@ from ..usage import Budget, Tally, call_cost
 from . import _dbos, _drain
 from ._database import describe_fault, display_url, transient_fault
 from ._dbos import executor_for_tool, note_tool_time
+from ._engine import (
+    DBOS,
+    DBOS_DIR,
+    DBOSBaseException,
+    DBOSWorkflowCancelledError,
+    DBOSWorkflowConflictIDError,
+    SetWorkflowID,
+    StepOptions,
+)
 from ._failures import base_url_of, model_failure, without_retries
 from ._limits import LimitedCall, Limiter, call_limited, limiter_for, rate_limited_seconds
 from ._log import (
@@ -114,7 +120,6 @@ HAND_BACK_SECONDS = 10.0
 FAULT_RETRY_SECONDS = 5.0  # how often a run stopped by a database fault tries to go on
 RETRY_AFTER_CAP = 60.0  # the longest a 429 of a model without limits delays its step's retry
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_DBOS_DIR = os.path.dirname(os.path.abspath(dbos.__file__))
 _SQLALCHEMY_DIR = os.path.dirname(os.path.abspath(sa.__file__))
 _STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__))
 
@@ -333,7 +338,7 @@ def _from_dbos(error: BaseException) -> bool:
     while tb is not None:
         filename = tb.tb_frame.f_code.co_filename
         if filename.startswith(_SQLALCHEMY_DIR):
-            return caller is not None and caller.startswith(_DBOS_DIR)
+            return caller is not None and caller.startswith(DBOS_DIR)
         stdlib = filename.startswith(_STDLIB_DIR) and "-packages" not in filename
         if not stdlib:
             caller = filename
