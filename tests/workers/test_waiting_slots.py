@@ -29,7 +29,8 @@ import pytest
 import sqlalchemy as sa
 
 from durable_swarm.durable import DurableClient, _wakeup
-from durable_swarm.durable._wakeup import Wakeups, _execution, supported
+from durable_swarm.durable._engine import wakeups_supported as supported
+from durable_swarm.durable._wakeup import Wakeups, _execution
 from durable_swarm.errors import RunNotFoundError
 
 from .conftest import TIMEOUT, Model, WorkerProcess, wait_for

@@ -19,7 +19,8 @@ import pytest
 
 from durable_swarm.durable import DurableClient
 from durable_swarm.durable._engine import gate_queues
-from durable_swarm.durable._wakeup import Wakeups, install
+from durable_swarm.durable._engine import install_wakeups as install
+from durable_swarm.durable._wakeup import Wakeups
 
 from .conftest import TIMEOUT, WorkerProcess, wait_for
 
@@ -209,7 +210,7 @@ def test_a_queue_with_limits_shared_across_processes_gets_no_wake_ups() -> None:
     # transaction and backs its polls off while claims conflict; a wake-up would bypass that.
     from dbos._core import ActiveWorkflowById
 
-    from durable_swarm.durable._wakeup import _shares_budget
+    from durable_swarm.durable._engine import _shares_budget
 
     assert _shares_budget(SimpleNamespace(_concurrency=5, _limiter=None))
     assert _shares_budget(SimpleNamespace(_concurrency=None, _limiter={"limit": 1, "period": 1}))

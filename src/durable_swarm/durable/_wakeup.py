@@ -5,8 +5,9 @@ two looks at its queue. A run of that queue that finishes in this process frees 
 slot stays idle until the next look: with the worker's 0.5 s poll and runs shorter than that, a
 busy worker spends much of its time waiting with work in its queue.
 
-DBOS (3.4) has no public call to wake a queue thread, so `install` does it on this process's
-DBOS instance, before launch:
+DBOS (3.4) has no public call to wake a queue thread, so `_engine.install_wakeups` does it on
+this process's DBOS instance, before launch (this module keeps the bookkeeping, which touches no
+DBOS object; `_engine` holds the parts that reach into DBOS's queue thread and active-run set):
 * every queue thread sleeps on a `_Waker` standing in for DBOS's stop event: it returns at once
   when DBOS stops (as the event did) and also when woken;
 * a run of a queue leaving DBOS's set of active runs here (its slot is free, in DBOS's own count)
@@ -60,7 +61,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-__all__ = ["Wakeups", "install", "supported"]
+__all__ = ["Wakeups"]
 
 logger = logging.getLogger("durable_swarm")
 
@@ -144,7 +145,7 @@ class Wakeups:
         self._wakers: dict[str, _Waker] = {}
         self._held: set[str] = set()
         self._open = False
-        self._active: Any = None  # the instance's `ActiveRuns`, set by `install`
+        self._active: Any = None  # the instance's `ActiveRuns`, set by `_engine.install_wakeups`
         self._limits: dict[str, int] = {}  # per-worker concurrency of the queues listened to
         # runs of a queue this process took but has not begun (set by `_dbos`; see `starting_on`)
         self.starting: Callable[[str], int] = lambda queue: 0
@@ -332,29 +333,6 @@ class Wakeups:
             wakers = list(self._wakers.values())
         for waker in wakers:
             waker.open()
-
-
-def supported() -> bool:
-    """Whether the installed DBOS is one whose internals `install` knows (see `SUPPORTED_DBOS`)."""
-    from . import _engine
-
-    return _engine.wakeups_supported()
-
-
-def install(dbos: Any) -> Wakeups | None:
-    """Make `dbos` (an instance not launched yet) take queued runs as soon as one of its runs of
-    the queue finishes; returns its `Wakeups`, or None when this DBOS version is not supported
-    or `ENABLED` is False. DBOS's side of it is `_engine.install_wakeups`."""
-    from . import _engine
-
-    return _engine.install_wakeups(dbos)
-
-
-def _shares_budget(queue: Any) -> bool:
-    """Whether `queue` has limits shared with other processes (then it is only polled)."""
-    from . import _engine
-
-    return _engine._shares_budget(queue)
 
 
 def _tally(counter: Counter[Any], key: Any, change: int) -> None:
