@@ -116,9 +116,15 @@ def instance() -> Any:
     return getattr(dbos_internals, "_dbos_global_instance", None)
 
 
-def system_database() -> Any:
-    """The launched DBOS's system database object (its engine and table definitions)."""
-    return instance()._sys_db
+def system_database(dbos: Any = None) -> Any:
+    """The system database object (its engine and table definitions) of `dbos` (default: the
+    DBOS instance of this process). The one read of DBOS's private `_sys_db` on an instance."""
+    return (instance() if dbos is None else dbos)._sys_db
+
+
+def _active_set(dbos: Any = None) -> Any:
+    """DBOS's set of the runs executing in this process (default: on this process's instance)."""
+    return (instance() if dbos is None else dbos)._active_workflows_set
 
 
 def client_system_database(client: DBOSClient) -> Any:
@@ -166,14 +172,14 @@ def wakeups_of(dbos: Any = None) -> _wakeup.Wakeups | None:
 
 def active_run_ids() -> list[str]:
     """The ids of the runs executing in this process now (DBOS's set of active runs)."""
-    return list(instance()._active_workflows_set.activeList())
+    return list(_active_set().activeList())
 
 
 def run_status(run_id: str) -> str | None:
     """The DBOS status of `run_id` read now, outside any workflow step (so a workflow may call
     it any number of times without changing its recorded steps; `DBOS.get_workflow_status`
     would record one)."""
-    status = instance()._sys_db.get_workflow_status(run_id)
+    status = system_database().get_workflow_status(run_id)
     return None if status is None else str(status["status"])
 
 
@@ -274,7 +280,7 @@ def recover_runs_of(executor_id: str) -> int:
 def reenqueue_run(run_id: str, owner: str | None) -> bool:
     """Put `run_id`, PENDING under this executor, back on its queue; with `owner`, only while
     the execution holding that token still owns it (see `_dbos.hand_back`)."""
-    sys_db = instance()._sys_db
+    sys_db = system_database()
     if batched_recovery(sys_db):
         return _reenqueue(sys_db, executor_id(), [run_id], owner=owner or owner_of(run_id)) > 0
     # another DBOS release: its own call, fenced by status and executor id only
@@ -347,7 +353,7 @@ def _recover_own_runs(dbos: Any, pending: list[Any]) -> None:
     for start in range(0, len(run_ids), RECOVERY_BATCH):
         batch = run_ids[start : start + RECOVERY_BATCH]
         try:
-            _reenqueue(dbos._sys_db, executor_id(), batch)
+            _reenqueue(system_database(dbos), executor_id(), batch)
         except Exception as e:  # as DBOS does for one run: say so and go on with the next
             # The batch's runs stay PENDING here; the ownership thread hands them back to their
             # queues once they have been left alone for `dead_after` (see `Ownership._heal`).
@@ -372,7 +378,8 @@ def batched_launch_recovery() -> Iterator[None]:
         return
 
     def recover(dbos: Any, pending: list[Any]) -> None:
-        if batched_recovery(dbos._sys_db) and all(hasattr(r, "workflow_id") for r in pending):
+        listed = all(hasattr(r, "workflow_id") for r in pending)
+        if batched_recovery(system_database(dbos)) and listed:
             _recover_own_runs(dbos, pending)
         else:
             original(dbos, pending)
@@ -414,7 +421,7 @@ def gate_queues(
     DBOS (3.4) has no public switch for this; its queue thread claims runs through these two
     system-database calls, wrapped here on this process's instance only.
     """
-    sys_db = dbos._sys_db  # DBOS 3.4: its system database, where the queue thread claims
+    sys_db = system_database(dbos)
     plain, partitioned = sys_db.start_queued_workflows, sys_db.start_queued_partitioned_workflows
     count, shared, recovery, ceiling = slots if slots is not None else (0, (), "", 0)
 
@@ -432,7 +439,7 @@ def gate_queues(
         # Runs taken but not begun, then those begun (read in this order, a run moving from one
         # to the other in between counts twice, never zero times).
         taken_here = starting(name)
-        return taken_here + int(dbos._active_workflows_set.count_for_queue(name))
+        return taken_here + int(_active_set(dbos).count_for_queue(name))
 
     def load(queue: Any) -> int:
         if queue.name not in shared:
@@ -793,7 +800,7 @@ def _install_queue_thread() -> None:
         if wakeups is None:
             plain(stop_event, dbos, queue)
             return
-        limit = getattr(queue, "_worker_concurrency", None)
+        limit = worker_concurrency(queue)
         waker = wakeups.add(queue.name, stop_event, not _shares_budget(queue), limit)
         dbos.background_thread_stop_events.append(waker)  # DBOS's shutdown wakes it too
         try:
@@ -822,7 +829,7 @@ def install_wakeups(dbos: Any) -> _wakeup.Wakeups | None:
     import dbos._core as core
 
     wakeups = _wakeup.Wakeups()
-    active = dbos._active_workflows_set
+    active = _active_set(dbos)
 
     if active._m:
         raise RuntimeError("durable-swarm: install the wake-ups before DBOS runs anything")
