@@ -223,7 +223,10 @@ def _file_touches(file: Path, shown: str, own: frozenset[str]) -> Iterator[Touch
             elif attr in DBOS_TABLES and _table_collection(node.value, attr):
                 yield Touch(shown, node.lineno, "sql", ast.unparse(node))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            if node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) >= 2:
+            if node.func.id == "setattr" and node.args and _root(node.args[0]) in holders:
+                shown_args = ", ".join(ast.unparse(a) for a in node.args[:2])
+                yield Touch(shown, node.lineno, "monkeypatch", f"setattr({shown_args}, ...)")
+            elif node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) >= 2:
                 name = node.args[1]
                 if (
                     isinstance(name, ast.Constant)

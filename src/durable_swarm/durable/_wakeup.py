@@ -38,7 +38,7 @@ A queue with limits shared across processes (a global concurrency or a rate limi
 wake-ups: DBOS claims from it in a stricter transaction and backs off its polls while claims
 conflict, which wake-ups would bypass. Nothing else changes: a wake-up is one more of DBOS's
 own polls, so its concurrency limits, its ownership tokens and the project's ownership gate
-(`_ownership.gate_queues`: no queue work while this process's ownership is not confirmed)
+(`_engine.gate_queues`: no queue work while this process's ownership is not confirmed)
 apply as before. Wake-ups only follow runs that end or start waiting for a person, so an idle
 process polls exactly as often as before. Wake-ups that arrive while the thread is dequeuing
 coalesce into one more look. No thread looks at its queue before `open` is called (after the
