@@ -24,6 +24,12 @@ from ._security import guard, session_value
 __all__ = ["create_app"]
 
 
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    yield
+    await app.state.console.feeds.close()  # stops the event streams' poller
+
+
 def create_app(
     client: DurableClient,
     *,
@@ -63,18 +69,13 @@ def create_app(
         max_streams_per_client=max_streams_per_client,
     )
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
-        await feeds.close()
-
     app = FastAPI(
         title="durable-swarm",
         summary="Look at and steer durable-swarm runs.",
         openapi_url="/api/openapi.json",
         docs_url=None,
         redoc_url=None,
-        lifespan=lifespan,
+        lifespan=_lifespan,
     )
     app.state.feeds = feeds
     app.state.console = Console(
@@ -87,9 +88,15 @@ def create_app(
     _pages.mount_static(app)
     app.middleware("http")(guard)  # the token, same-origin writes, security headers
     add_error_handlers(app)
-    # Run ids may hold "/": `/api/runs/{run_id:path}` takes any suffix, so the routers add the
-    # routes with one (`/events`, the commands) before the plain one or for another method.
-    for router in (_runs.router, _decisions.router, _observe.router, _sessions.router):
+    # In this order the API document lists the routes. Run ids may hold "/", so the routes
+    # with a suffix after `{run_id:path}` (`/events`) come before the plain one (see _runs).
+    for router in (
+        _runs.router,
+        _decisions.inbox,
+        _observe.router,
+        _sessions.router,
+        _decisions.commands,
+        _pages.router,
+    ):
         app.include_router(router)
-    app.include_router(_pages.router)
     return app

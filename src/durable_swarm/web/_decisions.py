@@ -13,8 +13,11 @@ from ._console import ClientDep
 from ._errors import BadRequest
 from ._views import approval_json
 
-router = APIRouter()
-"""`/api/approvals` and the `POST /api/runs/<run_id>/<command>` routes."""
+inbox = APIRouter(tags=["approvals"])
+"""`/api/approvals`: the tool calls waiting for a person."""
+
+commands = APIRouter(tags=["actions"])
+"""The `POST /api/runs/<run_id>/<command>` routes."""
 
 _FINISHED = ("succeeded", "failed", "cancelled")
 
@@ -48,7 +51,7 @@ class ForkBody(_Strict):
     step: int = Field(strict=True)  # `true` is not step 1
 
 
-@router.get("/api/approvals", tags=["approvals"])
+@inbox.get("/api/approvals")
 def approvals(
     client: ClientDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> dict[str, Any]:
@@ -62,28 +65,28 @@ def approvals(
     }
 
 
-@router.post("/api/runs/{run_id:path}/input", tags=["actions"])
+@commands.post("/api/runs/{run_id:path}/input")
 def send_input(run_id: str, body: InputBody, client: ClientDep) -> dict[str, Any]:
     """Answer the question the run waits on (409 when it does not wait for one)."""
     client.send_input(run_id, body.text, by="console")
     return {"run_id": run_id, "sent": "input"}
 
 
-@router.post("/api/runs/{run_id:path}/approve", tags=["actions"])
+@commands.post("/api/runs/{run_id:path}/approve")
 def approve(run_id: str, body: ApproveBody, client: ClientDep) -> dict[str, Any]:
     """Approve the tool call the run waits on, with exactly the arguments it shows."""
     client.approve(run_id, body.tool_call_id, by="console")
     return {"run_id": run_id, "sent": "approval", "tool_call_id": body.tool_call_id}
 
 
-@router.post("/api/runs/{run_id:path}/reject", tags=["actions"])
+@commands.post("/api/runs/{run_id:path}/reject")
 def reject(run_id: str, body: RejectBody, client: ClientDep) -> dict[str, Any]:
     """Reject the tool call the run waits on; the model reads `message`."""
     client.reject(run_id, body.tool_call_id, body.message, by="console")
     return {"run_id": run_id, "sent": "rejection", "tool_call_id": body.tool_call_id}
 
 
-@router.post("/api/runs/{run_id:path}/cancel", tags=["actions"])
+@commands.post("/api/runs/{run_id:path}/cancel")
 def cancel(run_id: str, client: ClientDep) -> dict[str, Any]:
     """Cancel the run and its sub-agents (409 when it had already finished)."""
     client.cancel(run_id)
@@ -95,7 +98,7 @@ def cancel(run_id: str, client: ClientDep) -> dict[str, Any]:
     return {"run_id": run_id, "cancelled": True}
 
 
-@router.post("/api/runs/{run_id:path}/resume", tags=["actions"])
+@commands.post("/api/runs/{run_id:path}/resume")
 def resume(run_id: str, client: ClientDep) -> dict[str, Any]:
     """Continue a cancelled run, or a failed one from the step that failed (409 for a run
     that has not ended: it goes on where it is)."""
@@ -109,7 +112,7 @@ def resume(run_id: str, client: ClientDep) -> dict[str, Any]:
     return {"run_id": run_id, "resumed": True}
 
 
-@router.post("/api/runs/{run_id:path}/fork", tags=["actions"])
+@commands.post("/api/runs/{run_id:path}/fork")
 def fork(run_id: str, body: ForkBody, client: ClientDep) -> dict[str, Any]:
     """A new run copying this run's steps before `step`: `{"run_id": <new id>}`."""
     last = max((s.step for s in client.get_run(run_id).steps), default=0)
