@@ -1,0 +1,142 @@
+"""An app that configures and launches DBOS itself uses durable-swarm in the same process and
+database (docs/guides/dbos.md), on SQLite and PostgreSQL.
+
+DBOS is one per process, so each case runs the app (`_app_dbos.py`) in a process of its own,
+against a fake model server in this process, which counts the model calls across processes;
+the app's step and the agent's tool count theirs in files.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_swarm.testing import FakeOpenAIServer, Reply, ToolCall, calls, text
+
+from ._harness import CHILD_TIMEOUT
+
+APP = Path(__file__).with_name("_app_dbos.py")
+FINAL = "All done."
+
+
+class Model:
+    """The agent calls its tool `gate` once, then answers: counts the calls of each stage."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[int] = Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, messages: list[dict[str, Any]], tools: Any) -> Reply:
+        stage = sum(1 for m in messages if m.get("role") == "tool")
+        with self._lock:
+            self.calls[stage] += 1
+        return calls(ToolCall("gate")) if stage == 0 else text(FINAL)
+
+
+@pytest.fixture
+def app_url(make_database_url: Callable[[str], str], backend: str, run_id: str) -> str:
+    """A fresh database for this test, as the app's own DBOS config spells it."""
+    url = make_database_url("app" + run_id[-8:])
+    return url if backend == "postgres" else "sqlite:///" + url
+
+
+@pytest.fixture
+def model() -> Iterator[tuple[Model, FakeOpenAIServer]]:
+    script = Model()
+    with FakeOpenAIServer(script) as server:
+        yield script, server
+
+
+def app_args(mode: str, url: str, work: Path, server: FakeOpenAIServer, *extra: str) -> list[str]:
+    return [sys.executable, str(APP), mode, url, str(work), server.base_url, *extra]
+
+
+def run_app(mode: str, url: str, work: Path, server: FakeOpenAIServer, *extra: str) -> Any:
+    """Run the app to its end; returns the JSON it printed."""
+    done = subprocess.run(
+        app_args(mode, url, work, server, *extra),
+        capture_output=True, text=True, timeout=CHILD_TIMEOUT, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+def test_runs_live_beside_the_apps_workflows_and_queue(app_url, model, tmp_path):
+    script, server = model
+    (tmp_path / "open").touch()
+    seen = run_app("beside", app_url, tmp_path, server)
+    assert seen["ran"] == seen["started"] == FINAL
+    assert seen["queued"] == [0, 2, 4] and seen["direct"] == 20 and seen["later"] == 40
+    flows = seen["workflows"]
+    # the runs are in the app's database, with the app's version and executor id
+    for run in ("ran", "started"):
+        assert flows[run]["name"] == "durable_swarm.run" and flows[run]["status"] == "SUCCESS"
+        assert flows[run]["version"] == "my-app-1"
+        assert flows[run]["executor"] == "my-app-host-1"
+    app_runs = [w for w in flows.values() if w["name"] == "app_double"]
+    assert len(app_runs) == 5 and all(w["status"] == "SUCCESS" for w in app_runs)
+    assert sum(w["queue"] == "app_queue" for w in app_runs) == 4
+    assert script.calls == Counter({0: 2, 1: 2})
+    assert lines(tmp_path / "gate.log") == ["started", "done"] * 2
+
+
+@pytest.mark.parametrize("given_id", [True, False], ids=["run_id", "no-run_id"])
+def test_a_run_inside_an_app_workflow_is_its_child(app_url, model, tmp_path, given_id):
+    script, server = model
+    (tmp_path / "open").touch()
+    extra = ("agent-run",) if given_id else ()
+    seen = run_app("inside", app_url, tmp_path, server, *extra)
+    assert seen["result"] == {"before": 2, "after": 4, "reply": FINAL}
+    runs = {k: w for k, w in seen["workflows"].items() if w["name"] == "durable_swarm.run"}
+    assert len(runs) == 1
+    [(run, status)] = runs.items()
+    assert status["parent"] == "app-wf" and status["status"] == "SUCCESS"
+    if given_id:
+        assert run == "agent-run"
+    assert script.calls == Counter({0: 1, 1: 1})
+
+
+@pytest.mark.crash
+@pytest.mark.parametrize("given_id", [True, False], ids=["run_id", "no-run_id"])
+def test_an_app_killed_during_a_tool_recovers_its_workflow_and_the_run(
+    app_url, model, tmp_path, given_id
+):
+    script, server = model
+    extra = ("agent-run",) if given_id else ()
+    first = subprocess.Popen(
+        app_args("inside", app_url, tmp_path, server, *extra),
+        stdout=subprocess.DEVNULL, stderr=(tmp_path / "first.err").open("w"),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + CHILD_TIMEOUT
+        while "started" not in lines(tmp_path / "gate.log"):
+            assert first.poll() is None, (tmp_path / "first.err").read_text()[-4000:]
+            assert time.monotonic() < deadline, "the tool never started"
+            time.sleep(0.05)
+    finally:
+        first.kill()  # SIGKILL: mid-tool
+        first.wait()
+    (tmp_path / "open").touch()
+    # the same app again (same executor id and application version): DBOS recovers app-wf
+    seen = run_app("recover", app_url, tmp_path, server, *extra)
+    assert seen["result"] == {"before": 2, "after": 4, "reply": FINAL}
+    runs = {k: w for k, w in seen["workflows"].items() if w["name"] == "durable_swarm.run"}
+    assert len(runs) == 1 and next(iter(runs.values()))["parent"] == "app-wf"
+    # each finished call once: the model call that asked for the tool, the app's first step;
+    # the tool that was killed ran again (it never finished), then the rest once
+    assert script.calls == Counter({0: 1, 1: 1})
+    assert lines(tmp_path / "gate.log") == ["started", "started", "done"]
+    assert lines(tmp_path / "app_step.log") == ["1", "2"]
