@@ -105,6 +105,16 @@ if MODE == "beside":
 elif MODE == "inside":
     with SetWorkflowID("app-wf"):
         out["result"] = DBOS.start_workflow(app_workflow).get_result()
+elif MODE == "client":
+    # a run for the library's workers, enqueued on their queue, beside the app's own queue
+    from durable_swarm.durable import DurableClient
+
+    queued = [app_queue.enqueue(app_double, i) for i in range(3)]
+    client_run = DurableClient(database_url=URL).start(
+        "Support", [{"role": "user", "content": "Hi"}], queue="agents", run_id="queued-run"
+    )
+    out["queued"] = [h.get_result() for h in queued]
+    out["worker"] = client_run.result().messages[-1]["content"]
 elif MODE == "recover":
     out["result"] = DBOS.retrieve_workflow("app-wf").get_result()
 out["workflows"] = statuses()

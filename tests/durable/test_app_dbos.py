@@ -9,6 +9,8 @@ the app's step and the agent's tool count theirs in files.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -140,3 +142,28 @@ def test_an_app_killed_during_a_tool_recovers_its_workflow_and_the_run(
     assert script.calls == Counter({0: 1, 1: 1})
     assert lines(tmp_path / "gate.log") == ["started", "started", "done"]
     assert lines(tmp_path / "app_step.log") == ["1", "2"]
+
+
+def test_a_worker_serves_the_librarys_queue_beside_the_apps_queue(app_url, model, tmp_path):
+    """The app enqueues a run for durable-swarm's workers (`DurableClient.start(queue=...)`) and
+    work on its own queue: a worker process on the app's database serves the one, the app the
+    other. (The app's DBOS does not take the worker's runs: they are of the library's
+    application version, not the app's.)"""
+    script, server = model
+    env = {**os.environ, "APP_MODEL_BASE_URL": server.base_url}
+    worker = subprocess.Popen(
+        [str(Path(sys.executable).with_name("durable-swarm")), "worker", "_app_agents:client",
+         "--queue", "agents", "--database-url", app_url, "--poll-interval", "0.1"],
+        cwd=APP.parent, env=env, stdout=(tmp_path / "worker.out").open("w"),
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        seen = run_app("client", app_url, tmp_path, server)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(CHILD_TIMEOUT) == 0, (tmp_path / "worker.out").read_text()[-4000:]
+    assert seen["queued"] == [0, 2, 4] and seen["worker"] == FINAL
+    app_runs = [w for w in seen["workflows"].values() if w["name"] == "app_double"]
+    assert len(app_runs) == 3 and all(w["executor"] == "my-app-host-1" for w in app_runs)
+    assert "run queued-run succeeded" in (tmp_path / "worker.out").read_text()
+    assert script.calls == Counter({0: 1, 1: 1})
