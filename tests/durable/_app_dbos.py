@@ -24,7 +24,7 @@ from dbos import DBOS, SetWorkflowID
 from durable_swarm import Agent, DurableSwarm  # before DBOS.launch(): registers the run workflow
 
 MODE, URL, WORK, BASE_URL = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
-RUN_ID = sys.argv[5] if len(sys.argv) > 5 else ""  # "" : swarm.run without a run_id
+RUN_ID = sys.argv[5] if len(sys.argv) > 5 else ""  # "": swarm.run in a session, without a run_id
 
 DBOS(
     config={
@@ -70,7 +70,9 @@ swarm = DurableSwarm(client)
 @DBOS.workflow()
 def app_workflow() -> dict[str, Any]:
     before = app_step(1)
-    response = swarm.run(agent, [{"role": "user", "content": "Hi"}], run_id=RUN_ID or None)
+    # without a run_id: in a session, which the run holds until it ends
+    named = {"run_id": RUN_ID} if RUN_ID else {"session": "app-session"}
+    response = swarm.run(agent, [{"role": "user", "content": "Hi"}], **named)
     after = app_step(2)
     return {"before": before, "after": after, "reply": response.messages[-1]["content"]}
 

@@ -66,9 +66,11 @@ def run_app(mode: str, url: str, work: Path, server: FakeOpenAIServer, *extra: s
     """Run the app to its end; returns the JSON it printed."""
     done = subprocess.run(
         app_args(mode, url, work, server, *extra),
-        capture_output=True, text=True, timeout=CHILD_TIMEOUT, check=False,
+        capture_output=True, text=True, timeout=CHILD_TIMEOUT, check=False, cwd=work,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
+    # everything in the app's database: no default run database beside it
+    assert not (work / "durable_swarm.sqlite").exists()
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -120,7 +122,7 @@ def test_an_app_killed_during_a_tool_recovers_its_workflow_and_the_run(
     extra = ("agent-run",) if given_id else ()
     first = subprocess.Popen(
         app_args("inside", app_url, tmp_path, server, *extra),
-        stdout=subprocess.DEVNULL, stderr=(tmp_path / "first.err").open("w"),
+        stdout=subprocess.DEVNULL, stderr=(tmp_path / "first.err").open("w"), cwd=tmp_path,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + CHILD_TIMEOUT
