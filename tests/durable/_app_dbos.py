@@ -13,6 +13,7 @@ JSON line (what it saw) on stdout. MODE:
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,15 +27,18 @@ from durable_swarm import Agent, DurableSwarm  # before DBOS.launch(): registers
 MODE, URL, WORK, BASE_URL = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
 RUN_ID = sys.argv[5] if len(sys.argv) > 5 else ""  # "": swarm.run in a session, without a run_id
 
-DBOS(
-    config={
-        "name": "my-app",
-        "system_database_url": URL,
-        "application_version": "my-app-1",
-        "executor_id": "my-app-host-1",
-        "notification_listener_polling_interval_sec": 0.1,
-    }
-)
+config: dict[str, Any] = {
+    "name": "my-app",
+    "system_database_url": URL,
+    "application_version": "my-app-1",
+    "executor_id": "my-app-host-1",
+    "notification_listener_polling_interval_sec": 0.1,
+}
+if os.environ.get("APP_JSON_SERIALIZER"):  # as the guide says for encryption at rest
+    from durable_swarm.durable import JsonSerializer
+
+    config["serializer"] = JsonSerializer()
+DBOS(config=config)  # type: ignore[arg-type]
 
 
 def note(name: str, line: str) -> None:

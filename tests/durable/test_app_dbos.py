@@ -8,6 +8,7 @@ the app's step and the agent's tool count theirs in files.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -62,12 +63,19 @@ def app_args(mode: str, url: str, work: Path, server: FakeOpenAIServer, *extra: 
     return [sys.executable, str(APP), mode, url, str(work), server.base_url, *extra]
 
 
-def run_app(mode: str, url: str, work: Path, server: FakeOpenAIServer, *extra: str) -> Any:
-    """Run the app to its end; returns the JSON it printed."""
+def run_app(
+    mode: str, url: str, work: Path, server: FakeOpenAIServer, *extra: str, **env: str
+) -> Any:
+    """Run the app to its end (with `env` added to the environment); returns the JSON it
+    printed, or (if it failed and `env` has `EXPECT_FAILURE`) its stderr."""
     done = subprocess.run(
         app_args(mode, url, work, server, *extra),
         capture_output=True, text=True, timeout=CHILD_TIMEOUT, check=False, cwd=work,
+        env={**os.environ, **env},
     )  # fmt: skip
+    if env.get("EXPECT_FAILURE"):
+        assert done.returncode != 0, done.stdout[-4000:]
+        return done.stderr
     assert done.returncode == 0, done.stderr[-4000:]
     # everything in the app's database: no default run database beside it
     assert not (work / "durable_swarm.sqlite").exists()
@@ -169,3 +177,27 @@ def test_a_worker_serves_the_librarys_queue_beside_the_apps_queue(app_url, model
     assert len(app_runs) == 3 and all(w["executor"] == "my-app-host-1" for w in app_runs)
     assert "run queued-run succeeded" in (tmp_path / "worker.out").read_text()
     assert script.calls == Counter({0: 1, 1: 1})
+
+
+def test_encryption_at_rest_needs_the_librarys_serializer_in_the_apps_dbos(
+    app_url, model, tmp_path
+):
+    """The guide: with an encryption key, the app's DBOS needs durable-swarm's serializer; runs
+    are refused without it rather than stored unencrypted."""
+    script, server = model
+    (tmp_path / "open").touch()
+    secret = f"app:{base64.b64encode(os.urandom(32)).decode()}"
+    keyed = {"DURABLE_SWARM_ENCRYPTION_KEY": secret}
+    refused = run_app("beside", app_url, tmp_path, server, **keyed, EXPECT_FAILURE="1")
+    assert "JsonSerializer()" in refused and "DurableSwarmError" in refused
+    assert sum(script.calls.values()) == 0  # nothing ran
+    seen = run_app("beside", app_url, tmp_path, server, **keyed, APP_JSON_SERIALIZER="1")
+    assert seen["ran"] == seen["started"] == FINAL and seen["later"] == 40
+    # the CLI reads the sealed run with the key
+    env = {**os.environ, **keyed}
+    cli = [str(Path(sys.executable).with_name("durable-swarm")), "runs", "show", "ran", "--json"]
+    shown = subprocess.run(
+        [*cli, "--database-url", app_url],
+        capture_output=True, text=True, timeout=CHILD_TIMEOUT, check=False, env=env,
+    )  # fmt: skip
+    assert shown.returncode == 0 and FINAL in shown.stdout, shown.stderr[-3000:]
