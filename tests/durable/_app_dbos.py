@@ -124,5 +124,8 @@ elif MODE == "client":
 elif MODE == "recover":
     out["result"] = DBOS.retrieve_workflow("app-wf").get_result()
 out["workflows"] = statuses()
+if MODE in ("inside", "recover"):
+    steps = DBOS.list_workflow_steps("app-wf") or []
+    out["steps"] = [[s["function_name"], s["child_workflow_id"], s["output"]] for s in steps]
 print(json.dumps(out), flush=True)
 DBOS.destroy()

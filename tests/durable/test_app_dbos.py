@@ -118,6 +118,9 @@ def test_a_run_inside_an_app_workflow_is_its_child(app_url, model, tmp_path, giv
     assert status["parent"] == "app-wf" and status["status"] == "SUCCESS"
     if given_id:
         assert run == "agent-run"
+    else:  # the new run's id is a step of the app's workflow (its replay names the same run)
+        assert ["durable_swarm.new_run_id", None, run] in seen["steps"]
+    assert ["durable_swarm.run", run, None] in seen["steps"]
     assert script.calls == Counter({0: 1, 1: 1})
 
 

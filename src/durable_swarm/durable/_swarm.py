@@ -106,6 +106,10 @@ async def _start(run_id: str, spec: RunSpec) -> Any:
         return await DBOS.start_workflow_async(run_workflow, spec.to_json())
 
 
+# The step, in an app's own workflow, that records the id of a run it starts without `run_id`.
+NEW_RUN_ID_STEP = "durable_swarm.new_run_id"
+
+
 def _new_run_id() -> str:
     """A new run's id: a new UUID, recorded as a step when the caller is a DBOS workflow (an
     app's own workflow calling `run`/`start`), so that workflow's replay after a crash names the
@@ -113,7 +117,7 @@ def _new_run_id() -> str:
     result then follow that run."""
     if DBOS.workflow_id is None:
         return str(uuid.uuid4())
-    return str(DBOS.run_step(None, lambda: str(uuid.uuid4())))
+    return str(DBOS.run_step({"name": NEW_RUN_ID_STEP}, lambda: str(uuid.uuid4())))
 
 
 async def _new_run_id_async() -> str:
@@ -124,7 +128,7 @@ async def _new_run_id_async() -> str:
     async def new() -> str:
         return str(uuid.uuid4())
 
-    return str(await DBOS.run_step_async(None, new))
+    return str(await DBOS.run_step_async({"name": NEW_RUN_ID_STEP}, new))
 
 
 def _through_thread(produce: Callable[[], Iterator[Any]]) -> Iterator[Any]:
