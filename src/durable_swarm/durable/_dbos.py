@@ -48,6 +48,7 @@ __all__ = [
     "ownership",
     "recover_runs_of",
     "recovery_slots",
+    "run_database_url",
     "run_status",
     "running_runs",
     "shutdown",
@@ -375,6 +376,17 @@ def recovery_queue() -> str:
 def launched_url() -> str | None:
     """The database of the DBOS this library launched in this process (None if it did not)."""
     return _launched_url
+
+
+def run_database_url() -> str | None:
+    """The database durable runs live in: the one this library launched DBOS on, else the
+    system database of the DBOS the app launched itself (None: DBOS is not launched here).
+    Sessions, notices and model limits are kept there, beside the runs."""
+    if _launched_url is not None:
+        return _launched_url
+    if not is_launched():
+        return None
+    return str(system_database().engine.url.render_as_string(hide_password=False))
 
 
 def executor_id() -> str:

@@ -105,6 +105,31 @@ async def _start(run_id: str, spec: RunSpec) -> Any:
         return await DBOS.start_workflow_async(run_workflow, spec.to_json())
 
 
+# The step, in an app's own workflow, that records the id of a run it starts without `run_id`.
+NEW_RUN_ID_STEP = "durable_swarm.new_run_id"
+
+
+def _new_run_id() -> str:
+    """A new run's id: a new UUID, recorded as a step when the caller is a DBOS workflow (an
+    app's own workflow calling `run`/`start`), so that workflow's replay after a crash names the
+    run it started then (its child workflow), not a new one: the session claim, settings and
+    result then follow that run."""
+    if DBOS.workflow_id is None:
+        return str(uuid.uuid4())
+    return str(DBOS.run_step({"name": NEW_RUN_ID_STEP}, lambda: str(uuid.uuid4())))
+
+
+async def _new_run_id_async() -> str:
+    """`_new_run_id` for async callers."""
+    if DBOS.workflow_id is None:
+        return str(uuid.uuid4())
+
+    async def new() -> str:
+        return str(uuid.uuid4())
+
+    return str(await DBOS.run_step_async({"name": NEW_RUN_ID_STEP}, new))
+
+
 def _through_thread(produce: Callable[[], Iterator[Any]]) -> Iterator[Any]:
     """Iterate `produce()` on a helper thread (for blocking reads inside an event loop)."""
     items: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -485,14 +510,15 @@ class DurableSwarm(RunCommands, SessionCommands):
             dead_after=self.dead_after,
         )
         if self.retention is not None:
-            url = _dbos.launched_url() or self.database_url
+            url = _dbos.run_database_url() or self.database_url
             start_sweeper(DBOS, url, self.retention, _dbos.executor_id())
         return self
 
     # --- starting runs -------------------------------------------------------------------
 
-    def _spec(self, run: RunRequest) -> tuple[str, RunSpec]:
-        """Check `run`'s input, launch DBOS, and return the run's id and its spec."""
+    def _spec(self, run: RunRequest, new_id: str | None = None) -> tuple[str, RunSpec]:
+        """Check `run`'s input, launch DBOS, and return the run's id (`run.run_id`, else
+        `new_id`, else a new UUID) and its spec."""
         check_messages(run.messages)
         check_input(run.messages, run.context_variables, self.max_result_chars)  # JSON, first
         known_agents(run.agent, run.agents, run.after_work)  # one name, one agent: checked first
@@ -501,7 +527,7 @@ class DurableSwarm(RunCommands, SessionCommands):
         if run.session is not None:
             check_session_name(run.session)
         self.launch()
-        run_id = run.run_id or str(uuid.uuid4())
+        run_id = run.run_id or new_id or str(uuid.uuid4())
         for known in (run.agent, *run.agents):
             HOST.remember(run_id, known)
         spec = RunSpec.of_request(
@@ -519,7 +545,7 @@ class DurableSwarm(RunCommands, SessionCommands):
     def _sessions(self) -> SessionStore:
         """This swarm's sessions (in its run database)."""
         self.launch()
-        return SessionStore(_dbos.launched_url() or self.database_url, _dbos.run_status)
+        return SessionStore(_dbos.run_database_url() or self.database_url, _dbos.run_status)
 
     def _claim(self, run_id: str, spec: RunSpec) -> RunSpec:
         """The spec of new run `run_id`, which holds its session (if any) from now on: the
@@ -542,7 +568,7 @@ class DurableSwarm(RunCommands, SessionCommands):
 
     def _start(self, run: RunRequest) -> RunHandle:
         """`start`: the run's workflow on DBOS's event loop (or the existing run `run_id` names)."""
-        run_id, spec = self._spec(run)
+        run_id, spec = self._spec(run, None if run.run_id else _new_run_id())
         # a new UUID cannot name an existing run: only a given id is looked up
         if run.run_id is not None and DBOS.get_workflow_status(run_id) is not None:
             return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
@@ -555,7 +581,7 @@ class DurableSwarm(RunCommands, SessionCommands):
 
     async def _astart(self, run: RunRequest) -> RunHandle:
         """`astart`: the run's workflow as a task of the caller's event loop."""
-        run_id, spec = self._spec(run)
+        run_id, spec = self._spec(run, None if run.run_id else await _new_run_id_async())
         if run.run_id is not None and await DBOS.get_workflow_status_async(run_id) is not None:
             return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
         spec = await asyncio.to_thread(self._claim, run_id, spec)
@@ -624,7 +650,7 @@ class DurableSwarm(RunCommands, SessionCommands):
     def runs(self) -> RunControl:
         """Reading and steering runs (launches DBOS on this swarm's database if needed)."""
         self.launch()
-        return RunControl(DBOS, _dbos.launched_url() or self.database_url)
+        return RunControl(DBOS, _dbos.run_database_url() or self.database_url)
 
     @off_event_loop
     def get_run(self, run_id: str) -> RunInfo:

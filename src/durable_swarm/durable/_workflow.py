@@ -560,9 +560,8 @@ class DurableRuntime:
 
     def limiter(self) -> Limiter:
         """The shared model limits of the run database."""
-        url = _dbos.launched_url()
-        if url is None:  # the app launched DBOS itself: its system database
-            url = _dbos.system_database().engine.url.render_as_string(hide_password=False)
+        url = _dbos.run_database_url()
+        assert url is not None  # a run executes here: DBOS is launched
         return limiter_for(url)
 
     def _retry_after(self, error: BaseException, tries: int) -> float | None:
@@ -1091,7 +1090,7 @@ async def _finish_session(
     process dies between the write and the step's record."""
 
     def finish() -> dict[str, Any]:
-        url = _dbos.launched_url()
+        url = _dbos.run_database_url()  # the app's own DBOS: its system database
         assert url is not None
         added = SessionStore(url, _dbos.run_status).finish(name, run_id, messages, version)
         return {"session": name, "messages": len(messages), "added": added}
