@@ -573,7 +573,11 @@ def main() -> None:
         "(default 0.1: the library's default poll_interval)",
     )
     parser.add_argument("--backends", default="sqlite,postgres", help="comma-separated")
-    parser.add_argument("--skip", default="", help="comma-separated of: check,idle,latency")
+    parser.add_argument(
+        "--skip",
+        default="",
+        help="comma-separated of: check,idle,latency,recv (recv: no recv baseline in idle)",
+    )
     parser.add_argument("--role", default="parent", help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--prefix", help=argparse.SUPPRESS)
@@ -639,7 +643,11 @@ def main() -> None:
             if "idle" not in skip:
                 none = idle_run(label, url, "parked", 0, args)
                 parked = idle_run(label, url, "parked", args.runs, args)
-                recv = idle_run(label, url, "recv", args.runs, args)
+                recv = (
+                    {"rss_mb": float("nan"), "cpu_pct": float("nan"), "create_seconds": 0.0}
+                    if "recv" in skip
+                    else idle_run(label, url, "recv", args.runs, args)
+                )
                 n = args.runs
                 idle_rows.append(
                     [
