@@ -7,6 +7,7 @@ PostgreSQL, and each durable result must equal what `Swarm` gives for the same s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 from typing import Any
@@ -332,3 +333,34 @@ def test_run_and_stream_same_as_swarm(durable_swarm_factory, run_id):
     events = list(swarm.run_and_stream(agent, USER, run_id=run_id))
 
     assert jsonable(events[:-1]) == jsonable(expected[:-1])
+
+
+def test_a_run_started_from_inside_a_tool_is_refused_with_a_clear_error(
+    durable_swarm_factory, run_id
+):
+    """A tool of a durable run is a DBOS step, and DBOS starts no workflow from a step: the
+    library says so and what to do instead, rather than DBOS's bare assertion."""
+    inner = Agent(name="Inner")
+    swarm = durable_swarm_factory(ScriptedClient([text("inner answer")]))
+    seen: list[str] = []
+
+    def nested() -> str:
+        """Start another run from inside this tool."""
+        try:
+            swarm.run(agent=inner, messages=USER)
+        except Exception as e:  # the error a tool author would see
+            seen.append(f"{type(e).__name__}: {e}")
+            raise
+        return "unreachable"
+
+    outer = durable_swarm_factory(
+        ScriptedClient([calls(ToolCall("nested", {}, id="c1")), text("done")])
+    )
+    # the tool's error ends the run as Swarm's would; what matters is its message
+    with contextlib.suppress(Exception):
+        outer.run(agent=Agent(name="Outer", functions=[nested]), messages=USER, run_id=run_id)
+    assert seen, "the tool never ran"
+    assert seen[0].startswith(
+        "DurableSwarmError: DurableSwarm cannot start a run from inside a step"
+    )
+    assert run_id in seen[0] and "sub-agent" in seen[0]

@@ -109,6 +109,21 @@ async def _start(run_id: str, spec: RunSpec) -> Any:
 NEW_RUN_ID_STEP = "durable_swarm.new_run_id"
 
 
+def _refuse_inside_step() -> None:
+    """Raise a clear error when `run`/`start` is called from inside a DBOS step (a tool of a
+    durable run, or an app's step): DBOS cannot start a workflow there, and its own error is a
+    bare assertion."""
+    step = DBOS.step_id
+    if step is not None:
+        raise DurableSwarmError(
+            f"DurableSwarm cannot start a run from inside a step (step {step} of run "
+            f"{DBOS.workflow_id!r}: a tool of a durable run, or a step of your own workflow): "
+            "DBOS starts workflows only from a workflow or outside one. Delegate to another "
+            "agent as a sub-agent (durable_swarm.subagents), hand off to it, or start the run "
+            "from the workflow itself."
+        )
+
+
 def _new_run_id() -> str:
     """A new run's id: a new UUID, recorded as a step when the caller is a DBOS workflow (an
     app's own workflow calling `run`/`start`), so that workflow's replay after a crash names the
@@ -568,6 +583,7 @@ class DurableSwarm(RunCommands, SessionCommands):
 
     def _start(self, run: RunRequest) -> RunHandle:
         """`start`: the run's workflow on DBOS's event loop (or the existing run `run_id` names)."""
+        _refuse_inside_step()
         run_id, spec = self._spec(run, None if run.run_id else _new_run_id())
         # a new UUID cannot name an existing run: only a given id is looked up
         if run.run_id is not None and DBOS.get_workflow_status(run_id) is not None:
@@ -581,6 +597,7 @@ class DurableSwarm(RunCommands, SessionCommands):
 
     async def _astart(self, run: RunRequest) -> RunHandle:
         """`astart`: the run's workflow as a task of the caller's event loop."""
+        _refuse_inside_step()
         run_id, spec = self._spec(run, None if run.run_id else await _new_run_id_async())
         if run.run_id is not None and await DBOS.get_workflow_status_async(run_id) is not None:
             return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
