@@ -163,10 +163,15 @@ def measure(
                     return int(row[0]) if row else 0
 
                 def connections(database: str) -> int:
-                    row = conn.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,)
-                    ).fetchone()
-                    return int(row[0]) if row else 0
+                    rows = conn.execute(
+                        "SELECT application_name, count(*) FROM pg_stat_activity "
+                        "WHERE datname = %s GROUP BY 1",
+                        (database,),
+                    ).fetchall()
+                    last_by_app[database] = {str(app or "(none)"): int(k) for app, k in rows}
+                    return sum(int(k) for _, k in rows)
+
+                last_by_app: dict[str, dict[str, int]] = {}
 
                 dbs = {label: database for label, _, database in fleets if database}
                 pids = {label: [p.pid for p, _ in procs] for label, procs in started.items()}
@@ -197,6 +202,7 @@ def measure(
             results[label].update(
                 tx=(x1[label] - x0[label]) / seconds,
                 connections=statistics.fmean(samples[label]),
+                by_app=last_by_app.get(dbs[label], {}),
                 max_connections=max(samples[label]),
             )
     return results
@@ -236,7 +242,12 @@ def main() -> None:
         for fleet in fleets:
             measured.update(measure([fleet], n, warmup, window, Path(tmp)))
             r = measured[fleet[0]]
-            extra = f"{r['tx']:.1f} tx/s, {r['connections']:.1f} connections, " if fleet[2] else ""
+            extra = (
+                f"{r['tx']:.1f} tx/s, {r['connections']:.1f} connections "
+                f"(at the end, by application_name: {r['by_app']}), "
+                if fleet[2]
+                else ""
+            )
             print(f"  {fleet[0]}: {extra}{r['cpu']:.2f}% CPU per process", flush=True)
     sqlite = measured.pop("sqlite", None)
     results = measured
