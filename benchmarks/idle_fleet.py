@@ -20,7 +20,7 @@ DBOS's schedule thread looks at the database every second for its first 60 s, th
 the default warm-up (65 s) measures the steady state, `--quick` the first minute.
 
     .venv/bin/python benchmarks/idle_fleet.py            # N 10, warm-up 65 s, window 30 s
-    .venv/bin/python benchmarks/idle_fleet.py --quick    # N 5, warm-up 3 s, window 8 s
+    .venv/bin/python benchmarks/idle_fleet.py --quick    # N 3, warm-up 3 s, window 6 s
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ def measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="5 processes, warm-up 3 s, window 8 s")
+    parser.add_argument("--quick", action="store_true", help="3 processes, warm-up 3 s, window 6 s")
     parser.add_argument("-n", "--processes", type=int, help="fleet size (default 10)")
     parser.add_argument("--warmup", type=float, help="seconds before the window (default 65)")
     parser.add_argument("--window", type=float, help="seconds measured (default 30)")
@@ -222,8 +222,8 @@ def main() -> None:
         serve_bare(args.db)
         return
     warmup = args.warmup or (3.0 if args.quick else 65.0)
-    window = args.window or (8.0 if args.quick else 30.0)
-    n = args.processes or (5 if args.quick else 10)
+    window = args.window or (6.0 if args.quick else 30.0)
+    n = args.processes or (3 if args.quick else 10)
     problem = _postgres_reachable(postgres_server_url())
     if problem is not None:
         print(f"note: PostgreSQL unreachable ({problem}); nothing to measure")
