@@ -106,6 +106,7 @@ bench: $(STAMP) valgrind
 	$(BIN)/python benchmarks/concurrency.py
 	$(BIN)/python benchmarks/recovery.py
 	$(BIN)/python benchmarks/workers.py
+	$(BIN)/python benchmarks/idle_fleet.py --sqlite
 	$(BIN)/python benchmarks/storage.py
 	$(BIN)/python benchmarks/encryption.py
 	$(BIN)/python benchmarks/limits.py
@@ -122,6 +123,7 @@ bench-quick: $(STAMP) valgrind
 	$(BIN)/python benchmarks/owncost.py --quick
 	$(BIN)/python benchmarks/recovery.py --quick
 	$(BIN)/python benchmarks/workers.py --quick
+	$(BIN)/python benchmarks/idle_fleet.py --quick
 	$(BIN)/python benchmarks/storage.py --quick
 	$(BIN)/python benchmarks/encryption.py --quick
 	$(BIN)/python benchmarks/limits.py --n 30

@@ -74,10 +74,13 @@ T = TypeVar("T")
 # Here each process takes only its free slots (`recovery_slots`, counted by `gate_queues`), so
 # a dead process's runs spread over the live ones. Registered in the database at each launch
 # with a per-process limit DBOS applies as a ceiling; its queue thread looks every
-# RECOVERY_POLL_SECONDS.
+# RECOVERY_POLL_SECONDS. Runs land on it only at a takeover or a hand-back, so it is looked at
+# seldom (each look is a few transactions, in every process of the fleet, idle or not); the
+# process that puts runs there wakes its own queue thread at once (`recover_runs_of`), the
+# others take their share at their next look.
 RECOVERY_QUEUE = "durable_swarm_recovered"
 RECOVERY_QUEUE_LIMIT = 100_000
-RECOVERY_POLL_SECONDS = 1.0
+RECOVERY_POLL_SECONDS = 5.0
 RECOVERY_SLOTS_ENV = "DURABLE_SWARM_RECOVERY_SLOTS"
 DEFAULT_RECOVERY_SLOTS = 100
 
@@ -515,7 +518,17 @@ def ownership() -> Ownership | None:
 def recover_runs_of(executor_id: str) -> int:
     """Put the PENDING runs of the (dead) executor `executor_id` back on their queues; returns
     how many. Needs DBOS launched in this process."""
-    return _engine.recover_runs_of(executor_id)
+    count = _engine.recover_runs_of(executor_id)
+    _wake_recovery_queue(count)
+    return count
+
+
+def _wake_recovery_queue(count: int) -> None:
+    """After `count` runs went back on their queues here: look at `RECOVERY_QUEUE` now rather
+    than at its next poll (`RECOVERY_POLL_SECONDS`), so this process takes its share at once."""
+    wakeups = _engine.wakeups_of()
+    if count and wakeups is not None:
+        wakeups.wake(RECOVERY_QUEUE)
 
 
 def _launch_outside_event_loop() -> None:

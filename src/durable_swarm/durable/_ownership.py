@@ -33,6 +33,7 @@ records nothing more for them; the process registers again and goes on serving n
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -40,7 +41,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -260,6 +261,7 @@ class ProcessRegistry:
         self._written: int | None = None  # the heartbeat this process last wrote (ms)
         self.jumped = 0.0
         self._engine = create_engine(database_url, pool_size=2)
+        self._held = threading.local()  # a thread's connection inside `one_connection`
         if self._engine.dialect.name == "postgresql":
             self._now = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
             self._runs_table = "dbos.workflow_status"
@@ -297,9 +299,33 @@ class ProcessRegistry:
         with self._engine.connect():
             return True
 
+    @contextlib.contextmanager
+    def one_connection(self) -> Iterator[None]:
+        """Run the calling thread's statements on one pooled connection until the block ends
+        (each still in a transaction of its own): the connection is checked out, and checked
+        before use with a round trip of its own, once instead of at every statement. The
+        heartbeat runs each beat so; it holds no transaction open between statements."""
+        with self._engine.connect() as conn:
+            self._held.conn = conn
+            try:
+                yield
+            finally:
+                self._held.conn = None
+
+    @contextlib.contextmanager
+    def _begin(self) -> Iterator[sa.Connection]:
+        """A transaction on the thread's connection of `one_connection`, else on a pooled one."""
+        held: sa.Connection | None = getattr(self._held, "conn", None)
+        if held is None:
+            with self._engine.begin() as conn:
+                yield conn
+        else:
+            with held.begin():
+                yield held
+
     def _execute(self, sql: str, **params: Any) -> int:
         """Run one statement in a transaction of its own; returns the affected row count."""
-        with self._engine.begin() as conn:
+        with self._begin() as conn:
             return conn.execute(sa.text(sql), params).rowcount
 
     def ensure_table(self) -> None:
@@ -318,7 +344,7 @@ class ProcessRegistry:
             f"{self._now} - heartbeat_at AS age_ms, machine, pid, pid_start, host "
             f"FROM {PROCESSES_TABLE} WHERE {where}"
         )
-        with self._engine.begin() as conn:
+        with self._begin() as conn:
             return [ProcessRow(*row) for row in conn.execute(query, params)]
 
     def register(self, wait: Callable[[float], bool], on_taken: str = "error") -> None:
@@ -433,7 +459,7 @@ class ProcessRegistry:
         """Refresh this process's heartbeat; returns the seconds between the heartbeat it
         replaced and this one by the database's clock (0 for the first), or None if this
         process's row was claimed or taken over."""
-        with self._engine.begin() as conn:
+        with self._begin() as conn:
             row = conn.execute(
                 sa.text(
                     f"UPDATE {PROCESSES_TABLE} SET heartbeat_at = {self._now} WHERE executor_id "
@@ -490,7 +516,7 @@ class ProcessRegistry:
         claims the other, never both. (The rows are locked in executor id order, so two such
         claims wait for each other instead of deadlocking.)"""
         me = {"me": self.executor_id, "inc": self.incarnation}
-        with self._engine.begin() as conn:
+        with self._begin() as conn:
             if self._engine.dialect.name == "postgresql":
                 conn.execute(
                     sa.text(
@@ -551,7 +577,7 @@ class ProcessRegistry:
             "AND executor_id = :me AND application_version = :version "
             f"AND COALESCE(updated_at, created_at) <= {self._now} - :quiet_ms"
         )
-        with self._engine.begin() as conn:
+        with self._begin() as conn:
             params = {
                 "me": executor_id,
                 "version": application_version,
@@ -567,7 +593,7 @@ class ProcessRegistry:
             f"AND application_version = :version AND executor_id NOT IN "
             f"(SELECT executor_id FROM {PROCESSES_TABLE})"
         )
-        with self._engine.begin() as conn:
+        with self._begin() as conn:
             return [row[0] for row in conn.execute(query, {"version": application_version})]
 
 
@@ -706,14 +732,15 @@ class Ownership:
         while not self._stop.is_set():
             since = time.monotonic()
             try:
-                advance = self.registry.beat()
-                if advance is not None:
-                    self._steady(since, time.monotonic(), advance)
-                    self._confirm(since)
-                else:
-                    self._taken_for_dead()
-                self._take_over()
-                self._heal()
+                with self.registry.one_connection():
+                    advance = self.registry.beat()
+                    if advance is not None:
+                        self._steady(since, time.monotonic(), advance)
+                        self._confirm(since)
+                    else:
+                        self._taken_for_dead()
+                    self._take_over()
+                    self._heal()
             except ExecutorIdInUseError as e:
                 # Taken for dead, and another live process now holds this executor id (a
                 # restart of this one): two processes must never serve under one id.
