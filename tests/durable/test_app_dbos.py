@@ -102,7 +102,8 @@ def test_runs_live_beside_the_apps_workflows_and_queue(app_url, model, tmp_path)
     assert len(app_runs) == 5 and all(w["status"] == "SUCCESS" for w in app_runs)
     assert sum(w["queue"] == "app_queue" for w in app_runs) == 4
     assert script.calls == Counter({0: 2, 1: 2})
-    assert lines(tmp_path / "gate.log") == ["started", "done"] * 2
+    # the two runs' tools (which may overlap) each ran once
+    assert Counter(lines(tmp_path / "gate.log")) == Counter({"started": 2, "done": 2})
 
 
 @pytest.mark.parametrize("given_id", [True, False], ids=["run_id", "no-run_id"])
