@@ -35,6 +35,18 @@ RESULT_PREFIX = "RESULT "
 # --- databases -----------------------------------------------------------------------------
 
 
+TICK = os.sysconf("SC_CLK_TCK")  # clock ticks per second, the unit of /proc/PID/stat
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid` so far (None if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def postgres_server_url() -> str:
     """The PostgreSQL server the tests use (its maintenance database)."""
     return os.environ.get("DURABLE_SWARM_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)

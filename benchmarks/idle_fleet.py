@@ -42,11 +42,11 @@ from _common import (
     _drop_postgres_database,
     _postgres_reachable,
     _with_database,
+    cpu_seconds,
     postgres_server_url,
     print_table,
 )
 
-TICK = os.sysconf("SC_CLK_TCK")
 QUEUE = "idle"
 POLL = 0.5
 READY = "serving queue"
@@ -71,15 +71,6 @@ def serve_bare(db: str) -> None:
     print(f"{READY} (bare DBOS)", flush=True)
     stopping.wait()
     DBOS.destroy()
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of process `pid` so far (None if it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def start_fleet(

@@ -55,6 +55,8 @@ from typing import Any
 from _common import (
     BARE_CLIENT,
     BENCH_DIR,
+    TICK,
+    cpu_seconds,
     databases,
     launch_bare_dbos,
     make_async_client,
@@ -65,7 +67,6 @@ from _common import (
 )
 
 MESSAGES = [{"role": "user", "content": "Look one thing up, please."}]
-TICK = os.sysconf("SC_CLK_TCK")
 PG_BACKGROUND = ("walwriter", "checkpointer", "background writer", "autovacuum launcher")
 MODES = ("poll", "wake", "bare")
 
@@ -149,15 +150,6 @@ def serve_worker(db: str, queue: str, concurrency: int, polling_only: bool) -> N
 
 
 # --- measuring -------------------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of process `pid` so far (None if it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def machine_switches() -> int:
