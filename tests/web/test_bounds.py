@@ -100,20 +100,30 @@ class Watch:
 
 
 class Queries:
-    """Every SQL statement this process sends (SQLAlchemy's engine events, all engines)."""
+    """Every SQL statement this process sends to the console's run database (SQLAlchemy's
+    engine events, all engines on it). Statements to other databases are left out: a
+    process left running by an earlier test of this pytest worker (its heartbeat on its own
+    database) is not the console's cost."""
 
-    def __init__(self) -> None:
+    def __init__(self, database_url: str) -> None:
         self.count = 0
+        self._url = sa.make_url(database_url)
         self._lock = threading.Lock()
 
-    def __call__(self, *args: Any) -> None:
+    def __call__(self, conn: sa.Connection, *args: Any) -> None:
+        url = conn.engine.url
+        if (url.drivername.split("+")[0], url.database) != (
+            self._url.drivername.split("+")[0],
+            self._url.database,
+        ):
+            return
         with self._lock:
             self.count += 1
 
 
 @pytest.fixture
-def queries() -> Iterator[Queries]:
-    counter = Queries()
+def queries(db_url: str) -> Iterator[Queries]:
+    counter = Queries(db_url)
     sa.event.listen(sa.engine.Engine, "before_cursor_execute", counter)
     yield counter
     sa.event.remove(sa.engine.Engine, "before_cursor_execute", counter)
