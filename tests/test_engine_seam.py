@@ -31,7 +31,6 @@ ENGINE_TOUCHES = 38
 SQL_OUTSIDE_ENGINE = {
     "src/durable_swarm/_cli/_store.py": 1,
     "src/durable_swarm/durable/_listing.py": 27,
-    "src/durable_swarm/durable/_notices.py": 1,
     "src/durable_swarm/durable/_ownership.py": 2,
     "src/durable_swarm/durable/_rotation.py": 10,
     "src/durable_swarm/durable/_waits.py": 4,
