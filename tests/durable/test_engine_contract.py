@@ -25,7 +25,7 @@ from durable_swarm.durable import _engine
 
 def test_contract_the_client_keeps_its_system_database() -> None:
     assert "self._sys_db" in inspect.getsource(dbos.DBOSClient.__init__), (
-        "DBOSClient no longer keeps `_sys_db`: update `_engine.client_system_database` (the "
+        "DBOSClient no longer keeps `_sys_db`: update `_engine.system_tables` (the "
         "thin client's listing and key rotation read DBOS's tables through it)"
     )
 
@@ -44,10 +44,10 @@ def test_contract_a_launched_instance(durable_swarm_factory: Any) -> None:
         "DBOS's `_dbos_global_instance` or its `_launched` flag moved: update `_engine.instance` "
         "and `_engine.is_launched` (an app's own DBOS would not be found)"
     )
-    sys_db = _engine.system_database()
-    assert sys_db.engine.url is not None and "workflow_status" in str(
-        sys_db.tables.workflow_status
-    ), "DBOS's `_sys_db` (its engine and tables) moved: update `_engine.system_database`"
+    tables = _engine.system_tables()
+    assert tables.engine.url is not None and "workflow_status" in str(
+        tables.tables.workflow_status
+    ), "DBOS's `_sys_db` (its engine and tables) moved: update `_engine.system_tables`"
     assert _engine.instance_serializer() is not None, (
         "DBOS's `_serializer` moved: update `_engine.instance_serializer` (a key would refuse "
         "every app-owned DBOS)"

@@ -18,7 +18,7 @@ from .._aio import off_event_loop
 from ..errors import DurableSwarmError
 from ..usage import Budget, check_budget
 from ._decisions import DecisionLog, DecisionRecord, payload
-from ._engine import SetWorkflowID, client_system_database, system_database
+from ._engine import SetWorkflowID, SystemTables, system_tables
 from ._limits import limiter_for
 from ._listing import PendingApproval, RunFilter, RunQuery
 from ._log import BUDGET_TOPIC, PARKED_WAITS, WAITING_EVENT
@@ -82,16 +82,17 @@ class ClientSource:
         return {WAITING_EVENT: self._client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)}
 
     @property
-    def system_database(self) -> Any:
-        """DBOS's system database object behind the client (its engine and tables)."""
-        return client_system_database(self._client)
+    def system_tables(self) -> SystemTables:
+        """DBOS's system tables behind the client (its engine and table definitions)."""
+        return system_tables(self._client)
 
 
-def _system_database(source: Any) -> Any:
-    found = getattr(source, "system_database", None)
-    if found is not None:
+def _system_tables(source: Any) -> SystemTables:
+    """DBOS's system tables of `source`: a client's, else the DBOS instance's of this process."""
+    found = getattr(source, "system_tables", None)
+    if isinstance(found, SystemTables):
         return found
-    return system_database()
+    return system_tables()
 
 
 class RunControl:
@@ -121,7 +122,7 @@ class RunControl:
     def query(self) -> RunQuery:
         """SQL listing over the run database (filters, search, counts, paging)."""
         if self._query is None:
-            self._query = RunQuery(_system_database(self.source))
+            self._query = RunQuery(_system_tables(self.source))
         return self._query
 
     def list_runs(self, runs: RunFilter, limit: int | None = 50, offset: int = 0) -> list[RunInfo]:
@@ -164,7 +165,7 @@ class RunControl:
     ) -> RotationReport:
         """Re-seal every run's stored payloads with the first encryption key of this process
         (see `durable._rotation`): in batches, safe while workers run, resumable."""
-        return rotate(_system_database(self.source), self._url, batch_size=batch_size, say=say)
+        return rotate(_system_tables(self.source), self._url, batch_size=batch_size, say=say)
 
     def read_usage(self, runs: list[RunInfo]) -> None:
         """Fill in the usage of listed runs that have not finished (read from their steps)."""

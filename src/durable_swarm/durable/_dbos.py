@@ -27,7 +27,7 @@ from ._engine import (
     is_launched,
     outside_run,
     own_queue,
-    system_database,
+    system_database_url,
 )
 from ._failures import quiet_tracebacks
 from ._log import REPLAY_VERSION, JsonSerializer
@@ -61,7 +61,6 @@ __all__ = [
     "run_status",
     "running_runs",
     "shutdown",
-    "system_database",
 ]
 
 # Recovery only picks up runs of the same application version, so it follows the log's
@@ -390,7 +389,7 @@ def run_database_url() -> str | None:
         return _launched_url
     if not is_launched():
         return None
-    return str(system_database().engine.url.render_as_string(hide_password=False))
+    return system_database_url()
 
 
 def executor_id() -> str:

@@ -14,11 +14,14 @@ differ (`tests/durable/test_engine_contract.py` fails first, naming the change):
   DBOS has no public accessor, and an app that launched DBOS itself must be found, not
   replaced. Fallback: a DBOS without the module-level instance reads as "no DBOS here", so the
   library launches its own (an app's DBOS then clashes at launch with DBOS's own error).
-* the system database behind the instance, or behind a `DBOSClient` (`system_database`,
-  `client_system_database`): its URL (where an app's DBOS keeps runs, so this library's tables
+* the system database behind the instance, or behind a `DBOSClient` (`system_tables`,
+  `system_database_url`): its URL (where an app's DBOS keeps runs, so this library's tables
   go beside them) and its engine and tables, for the listing and metrics of `_listing` and the
   payload rewrite of `_rotation`, which DBOS has no queries for. Fallback: none (the contract
   test names the attribute).
+* the name of DBOS's table of runs (`RUNS_TABLE`): the operator command asks whether a
+  database is a run database without opening DBOS on it. Fallback: none needed for
+  correctness (a renamed table makes the command refuse a real run database, saying so).
 * the instance's serializer (`instance_serializer`): to refuse storing runs unencrypted in an
   app's own DBOS when a key is set. Fallback: None, which refuses (the safe side).
 """
@@ -31,6 +34,7 @@ import functools
 import importlib.metadata
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import dbos
@@ -48,6 +52,8 @@ from dbos import error as dbos_error
 __all__ = [
     "DBOS",
     "DBOS_DIR",
+    "RUNS_TABLE",
+    "RUNS_TABLE_POSTGRES",
     "DBOSAwaitedWorkflowCancelledError",
     "DBOSBaseException",
     "DBOSClient",
@@ -59,7 +65,7 @@ __all__ = [
     "Serializer",
     "SetWorkflowID",
     "StepOptions",
-    "client_system_database",
+    "SystemTables",
     "dbos_version",
     "executor_id",
     "instance",
@@ -69,7 +75,8 @@ __all__ = [
     "outside_run_async",
     "own_queue",
     "run_status",
-    "system_database",
+    "system_database_url",
+    "system_tables",
 ]
 
 # DBOS's public errors (`dbos.error`, the module DBOS exports for them).
@@ -83,6 +90,12 @@ DBOSNonExistentWorkflowError = dbos_error.DBOSNonExistentWorkflowError
 # Where DBOS's code lives (the installed package's own location): a database error raised in a
 # frame under it is DBOS's own call (see `_workflow._from_dbos`).
 DBOS_DIR = os.path.dirname(os.path.abspath(dbos.__file__))
+
+# DBOS's table of runs, by name, for a probe that must not open DBOS (DBOSClient would create
+# its tables): the operator command's check that a database is a run database. On PostgreSQL
+# it is in DBOS's default schema `dbos`.
+RUNS_TABLE = "workflow_status"
+RUNS_TABLE_POSTGRES = f"dbos.{RUNS_TABLE}"
 
 T = TypeVar("T")
 
@@ -98,15 +111,33 @@ def is_launched() -> bool:
     return bool(inst is not None and getattr(inst, "_launched", False))
 
 
-def system_database(dbos: Any = None) -> Any:
-    """The system database object (its engine and table definitions) of `dbos` (default: the
-    DBOS instance of this process)."""
-    return (instance() if dbos is None else dbos)._sys_db
+@dataclass(frozen=True)
+class SystemTables:
+    """DBOS's system tables of one run database, for the SQL DBOS has no public query for (the
+    listing of `_listing`, the payload rewrite of `_rotation`): DBOS's own SQLAlchemy engine on
+    the database and DBOS's own table definitions (so the PostgreSQL schema a DBOS config chose
+    applies). Read through `system_tables`."""
+
+    engine: Any  # sqlalchemy.Engine
+    tables: Any  # DBOS's table definitions: `.workflow_status`, `.operation_outputs`, ...
+
+    @property
+    def postgres(self) -> bool:
+        """Whether the database is PostgreSQL (else SQLite)."""
+        return bool(self.engine.dialect.name == "postgresql")
 
 
-def client_system_database(client: DBOSClient) -> Any:
-    """DBOS's system database object behind a `DBOSClient` (its engine and tables)."""
-    return client._sys_db
+def system_tables(client: DBOSClient | None = None) -> SystemTables:
+    """DBOS's system tables behind `client` (default: behind the DBOS instance of this
+    process). The private reach: DBOS keeps its system database object as `_sys_db` on both."""
+    sys_db = (instance() if client is None else client)._sys_db
+    return SystemTables(sys_db.engine, sys_db.tables)
+
+
+def system_database_url() -> str:
+    """The URL (password included) of the system database of the DBOS instance of this
+    process: where an app's own DBOS keeps its runs."""
+    return str(system_tables().engine.url.render_as_string(hide_password=False))
 
 
 def instance_serializer() -> Any:

@@ -3,10 +3,10 @@
 DBOS's `list_workflows` filters by its own columns only; a run's agent, what it waits for and the
 text of its messages live in JSON payloads (this library's serializer writes every payload as
 `{"schema_version": N, "value": ...}`). This module filters, counts and pages runs in one SQL
-query on DBOS's tables (through the SQLAlchemy engine and table definitions of DBOS's system
-database object, on SQLite and PostgreSQL alike), so a page of the runs list costs the same with
-a hundred runs or a hundred thousand. The rows of a page are then read through DBOS's public
-`list_workflows`, as everything else reads them.
+query on DBOS's tables (through DBOS's own SQLAlchemy engine and table definitions, which
+`_engine.system_tables` hands out, on SQLite and PostgreSQL alike), so a page of the runs list
+costs the same with a hundred runs or a hundred thousand. The rows of a page are then read
+through DBOS's public `list_workflows`, as everything else reads them.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from ..errors import DurableSwarmError, EncryptionKeyError
 from ..usage import Tally
+from ._engine import SystemTables
 from ._log import MESSAGE_STEPS, WAITING_EVENT, WORKFLOW_NAME, JsonSerializer
 from ._runs import DBOS_STATUSES, RunInfo, encrypted_text, problem_of, run_status, time_of
 from ._sealing import SealedValue, is_sealed, keyring, sealed_key_id
@@ -165,13 +166,14 @@ def _missing_key(sealed: str | None) -> str | None:
 class RunQuery:
     """SQL over the run database's DBOS tables (see the module docstring).
 
-    `sys_db` is DBOS's system database object of a launched DBOS or of a `DBOSClient`.
+    `tables` are DBOS's system tables of a launched DBOS or of a `DBOSClient`
+    (`_engine.system_tables`).
     """
 
-    def __init__(self, sys_db: Any) -> None:
-        self._engine = sys_db.engine
-        self._tables = sys_db.tables
-        self._postgres = self._engine.dialect.name == "postgresql"
+    def __init__(self, tables: SystemTables) -> None:
+        self._engine = tables.engine
+        self._tables = tables.tables
+        self._postgres = tables.postgres
         self._serializer = JsonSerializer()
         self._no_waits_until = 0.0  # no waits table (no run parked here yet) until then
 
