@@ -127,3 +127,48 @@ def test_contract_resume_puts_a_pending_or_cancelled_run_on_the_queue_given(
         "`_dbos.recover_runs_of` and `_parking.resume`"
     )
     DBOS.cancel_workflow(run_id)
+
+
+def test_contract_the_listing_queries_run_on_dbos_tables(durable_swarm_factory: Any) -> None:
+    """`_listing.RunQuery` is SQL on DBOS's tables (through `_engine.system_tables`), for what
+    DBOS's `list_workflows` cannot filter, count or search. Every one of its queries runs here
+    on a database with one finished run of this library, so a DBOS release that renames a table
+    or a column they read fails here, naming the query, instead of in a user's console."""
+    from durable_swarm import Agent
+    from durable_swarm.durable._listing import RunFilter
+    from durable_swarm.testing import ScriptedClient
+
+    swarm = durable_swarm_factory(ScriptedClient(["contract"]))
+    run_id = f"contract-listing-{uuid.uuid4().hex[:8]}"
+    agent = Agent(name="Contract")
+    swarm.run(agent, [{"role": "user", "content": "find me"}], run_id=run_id)
+    query = swarm.runs.query
+    ids = [run_id]
+    every: dict[str, Any] = {
+        "run_ids": lambda: query.run_ids(RunFilter.of(agent="Contract", search="find")),
+        "count": lambda: query.count(RunFilter.of(status="succeeded", search="find")),
+        "parked": lambda: query.parked(ids),
+        "waiting": lambda: query.waiting(ids),
+        "model_usage": lambda: query.model_usage(ids),
+        "status_counts": query.status_counts,
+        "step_totals": query.step_totals,
+        "token_totals": query.token_totals,
+        "approvals": query.approvals,
+        "marks": lambda: query.marks(ids),
+        "summaries": lambda: query.summaries(ids),
+        "usage_totals": lambda: query.usage_totals(ids),
+    }
+    results: dict[str, Any] = {}
+    for name, call in every.items():
+        try:
+            results[name] = call()
+        except Exception as e:  # a renamed table or column: SQLAlchemy's or the driver's error
+            raise AssertionError(
+                f"The listing's query `RunQuery.{name}` failed on DBOS {_engine.dbos_version()}'s "
+                f"tables ({type(e).__name__}: {e}): DBOS changed a table or column it reads; "
+                "update durable/_listing.py (and the column names in docs/architecture.md)"
+            ) from e
+    assert results["run_ids"] == [run_id], results["run_ids"]
+    assert results["count"] == 1
+    assert results["summaries"][run_id].agent == "Contract"
+    assert results["model_usage"][run_id]["model_calls"] == 1
