@@ -4,28 +4,27 @@ resumes a run.
 For each database (a SQLite file, and a fresh PostgreSQL database if the server is reachable):
 
 1. A *creator* process starts N runs (default 10,000; `--quick`: 100) with `DurableSwarm.astart`;
-   each run's first model call asks the person (`ask_user`), so it waits for input. Once every run
-   waits, the creator dies (`os._exit`, no cleanup): the runs are left waiting in the database.
-2. An *idle worker* process with the creator's executor id starts: DBOS recovers the N runs at
-   launch and each replays to its durable wait (time: "recover"; a durable run's wait is held
-   by the process's one watcher of waiting runs, `durable_swarm.durable._waits`). After a short
-   settle, the worker measures itself over an idle window (default 10 s) while all N wait:
-   process CPU seconds (all threads, getrusage, and each thread's own from its CPU clock, to
-   show which thread costs what), resident memory, threads, and database
-   statements per second, counted inside the worker by a SQLAlchemy `before_cursor_execute` hook
-   (the worker's own queries, on both databases); on PostgreSQL also the database's committed
-   transactions per second from `pg_stat_database` (everything on that database; only the worker
-   is connected). `pg_stat_statements` needs `shared_preload_libraries`, which the server does
-   not have here.
+   each run's first model call asks the person (`ask_user`), so it waits for input: it parks
+   (`durable_swarm.durable._waits`: its execution ends, DBOS shows it CANCELLED, the library's
+   waits table holds its wait). Once every run waits, the creator dies (`os._exit`, no cleanup).
+2. An *idle worker* process with the creator's executor id starts: DBOS recovers whatever was
+   left pending at launch (a parked run is not: nothing of it is loaded). After a short settle,
+   the worker measures itself over an idle window (default 10 s) while all N wait: process CPU
+   seconds (all threads, getrusage, and each thread's own from its CPU clock, to show which
+   thread costs what), resident memory, threads, and database statements per second, counted
+   inside the worker by a SQLAlchemy `before_cursor_execute` hook (on both databases); on
+   PostgreSQL also the database's committed transactions per second from `pg_stat_database`.
 3. A *sender* process answers a random sample of the runs (in random order), one at a time, with
-   `send_input` and times the call itself (it checks that the run waits, then sends a DBOS
-   message), then from its return until the run stops waiting for input ("resumed": the worker's
-   recv returned and cleared the wait) and until the run succeeded (its next model call and end).
+   `send_input` and times the call itself, then from its return until the run stops waiting for
+   input ("resumed": a process took it from DBOS's queue, replayed its log to the wait and took
+   the answer) and until the run succeeded (its next model call and end).
 
-The baseline: the same three steps for N bare DBOS workflows that each set the same event and
-wait in `DBOS.recv_async` (no agent, no model), answered with `DBOS.send`; the table prints each
-durable figure and its ratio to the bare one, measured in the same run. Nothing is asserted; the
-databases are removed at the end.
+Two baselines, measured in the same run on fresh databases: the same three steps for N bare DBOS
+workflows that each set the same event and wait in `DBOS.recv_async` (no agent, no model),
+answered with `DBOS.send` (`bare`: DBOS recovers each at launch and it waits live); and the same
+idle worker on a database with no run at all (`none`), against which the memory each waiting
+run holds in the worker is computed: (RSS with N waiting - RSS with none) / N. Nothing is
+asserted; the databases are removed at the end.
 
     .venv/bin/python benchmarks/waiting.py             # 10,000 runs: minutes, run it rarely
     .venv/bin/python benchmarks/waiting.py --quick     # 100 runs (a smoke run)
@@ -91,10 +90,21 @@ def sys_db() -> Any:
     return dbos_internals._dbos_global_instance._sys_db  # type: ignore[union-attr]
 
 
-def count_waiting() -> int:
-    """Runs whose `waiting_for` event was set: every run waits once and is never answered here."""
+def count_waiting(kind: str, url: str) -> int:
+    """Runs that wait: bare ones whose `waiting_for` event was set (every run waits once and is
+    never answered here), durable ones whose wait is parked."""
     import sqlalchemy as sa
 
+    if kind == "durable":
+        from durable_swarm.durable._tables import engine_for
+        from durable_swarm.durable._waits import WAITS_TABLE
+
+        with engine_for(url).connect() as conn:
+            query = sa.text(f"SELECT COUNT(*) FROM {WAITS_TABLE} WHERE state = 'parked'")
+            try:
+                return int(conn.execute(query).scalar_one())
+            except sa.exc.DBAPIError:
+                return 0  # no run parked yet (no table)
     db = sys_db()
     events = db.tables.workflow_events
     with db.engine.connect() as conn:
@@ -113,15 +123,18 @@ async def create_main(args: argparse.Namespace) -> None:
     agent = make_agent()
     messages = [{"role": "user", "content": "Hi."}]
     start = time.perf_counter()
-    for run_id in run_ids(args.prefix, args.runs):
+    for run_id in run_ids(args.prefix, 0 if args.kind == "none" else args.runs):
         if args.kind == "bare":
             with SetWorkflowID(run_id):
                 await DBOS.start_workflow_async(bare_wait)
         else:
             await swarm.astart(agent, messages, run_id=run_id)
     started = time.perf_counter() - start
+    if args.kind == "none":
+        emit({"start_seconds": started, "all_waiting_seconds": 0.0})
+        os._exit(0)
     deadline = time.monotonic() + max(600.0, args.runs * 0.2)
-    while (waiting := await asyncio.to_thread(count_waiting)) < args.runs:
+    while (waiting := await asyncio.to_thread(count_waiting, args.kind, args.db)) < args.runs:
         if time.monotonic() > deadline:
             raise SystemExit(f"only {waiting} of {args.runs} runs wait")
         await asyncio.sleep(1.0)
@@ -182,14 +195,14 @@ def thread_cpu() -> dict[str, float]:
     return found
 
 
-def waiting_runs(kind: str) -> int:
-    """How many runs wait in this process: in DBOS's `recv` (bare), or held by this library's
-    watcher of waiting runs (durable)."""
+def waiting_runs(kind: str, url: str) -> int:
+    """How many runs wait: in DBOS's `recv` in this process (bare), or parked in the database
+    (durable: none of them is in this process)."""
     if kind == "bare":
         return len(sys_db().notifications_map.snapshot())
-    from durable_swarm.durable._waits import watcher_for
-
-    return watcher_for(sys_db()).waiting()
+    if kind == "none":
+        return 0
+    return count_waiting(kind, url)
 
 
 def worker_main(args: argparse.Namespace) -> None:
@@ -204,7 +217,8 @@ def worker_main(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     swarm.launch()  # DBOS recovers this executor's pending runs
     deadline = time.monotonic() + max(600.0, args.runs * 0.5)
-    while (waiters := waiting_runs(args.kind)) < args.runs:
+    wanted = 0 if args.kind == "none" else args.runs
+    while (waiters := waiting_runs(args.kind, args.db)) < wanted:
         if time.monotonic() > deadline:
             raise SystemExit(f"only {waiters} of {args.runs} runs were recovered")
         time.sleep(0.2)
@@ -237,7 +251,7 @@ def worker_main(args: argparse.Namespace) -> None:
         "statements_per_s": (queries1 - queries0) / window,
         # minus the two transactions of our own measurement
         "xact_per_s": None if xact0 is None or xact1 is None else (xact1 - xact0 - 1) / window,
-        "waiters": waiting_runs(args.kind),
+        "waiters": waiting_runs(args.kind, args.db),
         # each thread's share of a core over the window, largest first
         "thread_cpu_pct": dict(
             sorted(
@@ -250,8 +264,10 @@ def worker_main(args: argparse.Namespace) -> None:
         ),
     }
 
-    # A random sample in random order: on SQLite the worker checks the waiting runs one after
-    # the other, so answering runs in that same order would hide most of a sweep's length.
+    if args.kind == "none":
+        emit({**idle, "send": [], "resumed": [], "finished": []})
+        return
+    # A random sample in random order (the order runs were created in could favour the first).
     sample = random.Random(0).sample(run_ids(args.prefix, args.runs), min(args.sample, args.runs))
     sender = run_worker(
         "waiting.py",
@@ -289,7 +305,7 @@ def sender_main(args: argparse.Namespace) -> None:
             time.sleep(0.001)
         t2 = time.perf_counter()
         while (status := DBOS.get_workflow_status(run_id)) is None or status.status != "SUCCESS":
-            if status is not None and status.status not in ("PENDING", "ENQUEUED"):
+            if status is not None and status.status not in ("PENDING", "ENQUEUED", "CANCELLED"):
                 raise SystemExit(f"run {run_id} ended {status.status}")
             time.sleep(0.001)
         t3 = time.perf_counter()
@@ -365,8 +381,8 @@ def main() -> None:
     parser.add_argument("--backends", default="sqlite,postgres", help="comma-separated")
     parser.add_argument(
         "--kinds",
-        default="bare,durable",
-        help="comma-separated; 'durable' alone skips the baseline (no ratios)",
+        default="none,bare,durable",
+        help="comma-separated of none, bare, durable; 'durable' alone skips the baselines",
     )
     parser.add_argument("--role", default="parent", help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
@@ -394,7 +410,7 @@ def main() -> None:
     rows = []
     wall = time.perf_counter()
     results: dict[tuple[str, str], dict[str, Any]] = {}
-    kinds = [kind for kind in ("bare", "durable") if kind in args.kinds.split(",")]
+    kinds = [kind for kind in ("none", "bare", "durable") if kind in args.kinds.split(",")]
     for kind in kinds:  # each kind on fresh databases of its own
         with databases(postgres="postgres" in wanted) as dbs:
             for label, url in dbs:
@@ -415,6 +431,12 @@ def main() -> None:
             )
         elif (label, "durable") in results:
             r, bare = results[label, "durable"], results[label, "bare"]
+            empty = results.get((label, "none"))
+            per_run = "-"
+            if empty is not None:
+                kb = 1024 * (r["rss_mb"] - empty["rss_mb"]) / args.runs
+                bare_kb = 1024 * (bare["rss_mb"] - empty["rss_mb"]) / args.runs
+                per_run = f"{kb:.2f} / {bare_kb:.1f}"
             rows.append(
                 [
                     label,
@@ -427,6 +449,8 @@ def main() -> None:
                         ".1f",
                     ),
                     ratio(r["rss_mb"], bare["rss_mb"], ".0f"),
+                    per_run,
+                    "-" if empty is None else f"{100 * empty['cpu_seconds'] / empty['window']:.1f}",
                     f"{r['threads']} / {bare['threads']}",
                     ratio(r["statements_per_s"], bare["statements_per_s"], ".0f"),
                     ratio(r["xact_per_s"], bare["xact_per_s"], ".0f"),
@@ -447,8 +471,8 @@ def main() -> None:
     print_table(
         f"{args.runs} runs waiting for input; one idle worker (poll_interval "
         f"{args.poll_interval} s), idle window {args.idle:.0f} s, {args.sample} answers. "
-        "Baseline: as many bare DBOS workflows waiting in DBOS.recv (ratios: durable / bare; "
-        "'a / b': durable, then bare)",
+        "Baselines: as many bare DBOS workflows waiting in DBOS.recv (ratios: durable / bare; "
+        "'a / b': durable, then bare), and the same worker with no run at all ('no runs')",
         [
             "db",
             "runs",
@@ -456,6 +480,8 @@ def main() -> None:
             "recover s",
             "idle CPU % of a core",
             "RSS MB",
+            "KB per waiting run / bare",
+            "idle CPU %, no runs",
             "threads",
             "SQL stmts/s",
             "pg xact/s",

@@ -22,8 +22,7 @@ feeding mode (below), on a queue of its own:
   worker is one Python process: at most one core of work, less where the GIL is contended);
   and the fraction of it achieved.
 
-Feeding modes: `wake` (this library: a run that finishes wakes its queue's thread, so a freed
-slot takes the next run at once), `poll` (DBOS's queue thread alone, which looks at the queue
+Feeding modes: `worker` (this library's worker: DBOS's queue thread, which looks at the queue
 every poll interval, so a freed slot waits for the next look) and `bare` (the upper baseline:
 bare DBOS processes, with the library's DBOS configuration, each keeping `concurrency` bare DBOS
 workflows with the same steps and `openai` calls in flight by itself: no queue, no claims, no
@@ -68,7 +67,7 @@ from _common import (
 
 MESSAGES = [{"role": "user", "content": "Look one thing up, please."}]
 PG_BACKGROUND = ("walwriter", "checkpointer", "background writer", "autovacuum launcher")
-MODES = ("poll", "wake", "bare")
+MODES = ("worker", "bare")
 
 
 # --- child processes -------------------------------------------------------------------------
@@ -139,12 +138,10 @@ def serve_bare(db: str, prefix: str, concurrency: int) -> None:
     DBOS.destroy()
 
 
-def serve_worker(db: str, queue: str, concurrency: int, polling_only: bool) -> None:
+def serve_worker(db: str, queue: str, concurrency: int) -> None:
     """A worker (`run_worker`, as `durable-swarm worker` runs it) on `queue`."""
-    from durable_swarm.durable import _wakeup, run_worker
+    from durable_swarm.durable import run_worker
 
-    if polling_only:
-        _wakeup.ENABLED = False
     os.chdir(BENCH_DIR)
     run_worker("_workers_app:client", queue=queue, database_url=db, concurrency=concurrency)
 
@@ -283,8 +280,6 @@ def measure(
         for i in range(workers):  # first: on PostgreSQL, a worker's DBOS creates the database
             args = ["--role", "bare" if bare else "worker", "--db", url, "--queue", queue]
             args += ["--concurrency", str(concurrency)]
-            if mode == "poll":
-                args.append("--polling-only")
             started.append(
                 Child(f"worker-{queue}-{i}", args, log_dir, {"DSW_BENCH_MODEL_URL": base_url})
             )
@@ -379,7 +374,6 @@ def main() -> None:
     parser.add_argument("--queue", help=argparse.SUPPRESS)
     parser.add_argument("--low", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--high", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--polling-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "model":
         serve_model()
@@ -388,7 +382,7 @@ def main() -> None:
         fill_queue(args.db, args.queue, args.low, args.high)
         return
     if args.role == "worker":
-        serve_worker(args.db, args.queue, args.concurrency, args.polling_only)
+        serve_worker(args.db, args.queue, args.concurrency)
         return
     if args.role == "bare":
         serve_bare(args.db, args.queue, args.concurrency)
@@ -452,29 +446,20 @@ def main() -> None:
     rows.sort(key=lambda row: (row[0], row[1], row[2]))
     print_table(
         f"Worker throughput: runs/s and CPU ms per run (window {window:g} s, median of "
-        f"{repeats}; {len(os.sched_getaffinity(0))} cores; poll = DBOS polling alone, wake = "
-        "freed slots take the next run at once, bare = bare DBOS processes fed in-process, "
-        "no queue)",
+        f"{repeats}; {len(os.sched_getaffinity(0))} cores; worker = this library's worker, "
+        "bare = bare DBOS processes fed in-process, no queue)",
         ["db", "workers", "feed", "runs/s", "worker", "database", "model", "client",
          "total", "ceiling runs/s", "achieved", "slots busy", "others", "idle", "switches"],
         rows,
     )  # fmt: skip
     for label, _ in dbs:
         for workers in (1, 2):
-            poll, wake = (
-                results.get((label, workers, "poll")),
-                results.get((label, workers, "wake")),
-            )
-            if poll and wake:
-                ratio = median([r["throughput"] for r in wake]) / median(
-                    [r["throughput"] for r in poll]
-                )
-                print(f"{label}, {workers} worker(s): wake / poll throughput {ratio:.2f}x")
+            ours_runs = results.get((label, workers, "worker"))
             bare = results.get((label, workers, "bare"))
-            if wake and bare:
-                ours, best = (median([r["fraction"] for r in rs]) for rs in (wake, bare))
+            if ours_runs and bare:
+                ours, best = (median([r["fraction"] for r in rs]) for rs in (ours_runs, bare))
                 print(
-                    f"{label}, {workers} worker(s): wake reaches {100 * ours:.0f}% of the "
+                    f"{label}, {workers} worker(s): the worker reaches {100 * ours:.0f}% of the "
                     f"CPU-bound ceiling; bare DBOS fed in-process {100 * best:.0f}%"
                 )
 

@@ -81,7 +81,7 @@ def shutdown_settled(timeout: float = 15.0) -> None:
     it makes DBOS retry the connection for good, and the interpreter waits for that thread at
     exit. Runs still pending (waiting for a person, say) are not waited for."""
     deadline = time.monotonic() + timeout
-    while dbos_setup._instance() is not None and _any_run_ending(deadline - time.monotonic()):
+    while dbos_setup.instance() is not None and _any_run_ending(deadline - time.monotonic()):
         time.sleep(0.05)
     shutdown()
 

@@ -52,7 +52,7 @@ def main(url: str, run_id: str, tool_log: Path) -> None:
         time.sleep(4 * DEAD_AFTER)  # blocks the event loop: the run's task has not begun
         return handle
 
-    handle = _dbos.on_dbos_loop(start_then_stall())
+    handle = _dbos.on_loop(start_then_stall())
     response = handle.result()  # a hand-back during the stall was said before this returns
     runs = tool_log.read_text().splitlines() if tool_log.exists() else []
     print(json.dumps({

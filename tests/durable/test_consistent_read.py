@@ -56,7 +56,7 @@ def test_get_run_sees_the_wait_and_the_steps_of_one_moment(
                 wait_for(lambda: _asks(run_id) == QUESTIONS[1], "the second question")
             return DBOS.list_workflow_steps(run_id)
 
-    info = read_run(run_id, MovesOnWhileRead())
+    info = read_run(run_id, MovesOnWhileRead(), swarm.runs.waits)
 
     assert info.status == "waiting_for_input"
     assert info.waiting_for is not None and info.waiting_for["prompt"] == QUESTIONS[1]

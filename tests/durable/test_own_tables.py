@@ -1,6 +1,6 @@
-"""The library's own tables (decisions, notices) hold ids of any length, as DBOS's run ids and a
-model's tool call ids have none, and tables made by earlier releases (ids of at most 255
-characters, which PostgreSQL enforces) are widened at first use. On SQLite and PostgreSQL."""
+"""The library's own tables hold ids of any length, as DBOS's run ids and a model's tool call ids
+have none, and tables made by earlier releases (ids of at most 255 characters, which PostgreSQL
+enforces) are widened at first use. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import sqlalchemy as sa
 
 from durable_swarm import DurableSwarmError
 from durable_swarm.durable._decisions import DECISIONS_TABLE, DecisionLog, DecisionRecord
-from durable_swarm.durable._notices import NOTICES_TABLE, Notices
 from durable_swarm.durable._tables import _made, engine_for
 from durable_swarm.testing import ScriptedClient, text
 
@@ -19,9 +18,6 @@ _OLD = {
         tool_call_id VARCHAR(255) NOT NULL, approved INTEGER NOT NULL, message TEXT,
         decided_by VARCHAR(255), decided_at VARCHAR(64) NOT NULL,
         PRIMARY KEY (run_id, wait_id))""",
-    NOTICES_TABLE: f"""CREATE TABLE {NOTICES_TABLE} (
-        run_id VARCHAR(255) PRIMARY KEY, executor_id VARCHAR(255) NOT NULL,
-        notice TEXT NOT NULL, noticed_at VARCHAR(64) NOT NULL)""",
 }
 
 
@@ -38,7 +34,6 @@ def test_tables_of_earlier_releases_take_long_ids(durable_swarm_factory) -> None
     decision = DecisionRecord(run_id, 3, call_id, True, "fine", "b" * 300, "2026-11-27T00:00:00Z")
     assert DecisionLog(url).record(decision) is None
     assert DecisionLog(url).find(run_id, tool_call_id=call_id) == decision
-    Notices(url).post(run_id, "executor-1", "waiting for agent")  # pruned: no such run
 
     if engine.dialect.name == "postgresql":
         with engine.begin() as conn:
@@ -46,12 +41,12 @@ def test_tables_of_earlier_releases_take_long_ids(durable_swarm_factory) -> None
                 sa.text(
                     "SELECT table_name, column_name, data_type FROM information_schema.columns "
                     "WHERE table_schema = current_schema() AND column_name IN "
-                    "('run_id', 'tool_call_id', 'decided_by') AND table_name IN (:d, :n)"
+                    "('run_id', 'tool_call_id', 'decided_by') AND table_name = :d"
                 ),
-                {"d": DECISIONS_TABLE, "n": NOTICES_TABLE},
+                {"d": DECISIONS_TABLE},
             ).all()
         assert {kind for _, _, kind in kinds} == {"text"}, kinds
-        assert len(kinds) == 4
+        assert len(kinds) == 3
 
 
 def test_a_decision_holding_a_nul_byte_is_refused_before_anything_is_stored(

@@ -23,10 +23,10 @@ from _support.db import use_database
 from durable_swarm import Agent, DurableSwarm, DurableSwarmError, RunNotFoundError, ask_user
 from durable_swarm.durable import Retention
 from durable_swarm.durable._decisions import DECISIONS_TABLE
-from durable_swarm.durable._notices import NOTICES_TABLE, Notices
 from durable_swarm.durable._retention import RetentionReport, expire
 from durable_swarm.durable._sweeper import RetentionLedger, Sweeper
 from durable_swarm.durable._tables import RUN_TABLES, engine_for, missing_table
+from durable_swarm.durable._waits import WAITS_TABLE, WaitBook
 from durable_swarm.testing import ScriptedClient, ToolCall, calls, text
 from durable_swarm.toolkit import tool
 
@@ -224,7 +224,7 @@ def _rows(url: str, run_ids: list[str]) -> dict[str, int]:
 
 
 def test_every_row_of_a_deleted_run_goes(swarm: DurableSwarm) -> None:
-    assert {DECISIONS_TABLE, NOTICES_TABLE} <= {t for t, _ in RUN_TABLES}
+    assert {DECISIONS_TABLE, WAITS_TABLE} <= {t for t, _ in RUN_TABLES}
     list(swarm.run(AGENT, user("streamed"), run_id="streamed", stream=True))  # a stream
     swarm.run(AGENT, user("delegate"), run_id="parent")  # a sub-agent run
     swarm.start(AGENT, user("pay"), run_id="paid")  # a decision and a message
@@ -235,12 +235,12 @@ def test_every_row_of_a_deleted_run_goes(swarm: DurableSwarm) -> None:
     swarm.run(AGENT, user("session"), run_id="sessioned", session="retention-test")
     swarm.start(AGENT, user("ask"), run_id="kept")
     _wait(swarm, "kept", "waiting_for_input")
-    Notices(swarm.database_url).post("paid", "some-executor", "a notice left behind")
+    WaitBook(swarm.database_url).arrive("paid", "person:9", "input")  # a wait left behind
     ids = ["streamed", "parent", "parent-sub1", "paid", "sessioned"]
     before = _rows(swarm.database_url, ids)
-    for table in ("operation_outputs", "streams", "workflow_events", "notifications"):
+    for table in ("operation_outputs", "streams", "workflow_events"):
         assert any(n for t, n in before.items() if t.endswith(table)), (table, before)
-    assert before[DECISIONS_TABLE] == 1 and before[NOTICES_TABLE] == 1
+    assert before[DECISIONS_TABLE] == 1 and before[WAITS_TABLE] == 1
     assert before["durable_swarm_session_runs"] == 1  # the session's record of its run
     kept_before = _rows(swarm.database_url, ["kept"])
 
@@ -256,7 +256,7 @@ def test_delete_and_prune_take_a_runs_own_rows_too(swarm: DurableSwarm) -> None:
         _wait(swarm, run_id, "waiting_for_approval")
         swarm.reject(run_id, swarm.get_run(run_id).waiting_for["tool_call"]["id"], "no")
         _wait(swarm, run_id, "succeeded")
-        Notices(swarm.database_url).post(run_id, "some-executor", "a notice left behind")
+        WaitBook(swarm.database_url).arrive(run_id, "person:9", "input")  # left behind
     assert _rows(swarm.database_url, ["deleted", "pruned"])[DECISIONS_TABLE] == 2
     assert swarm.delete_run("deleted") == ["deleted"]
     assert [r.run_id for r in swarm.prune_runs(_later(1))] == ["pruned"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ class Model:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._arrivals: dict[tuple[str, int], int] = {}
+        self._first: dict[tuple[str, int], float] = {}  # when each first arrived (time.time())
         self.delay = 0.0  # seconds before each answer
         self._gates: dict[tuple[str, int], threading.Event] = {}
 
@@ -72,12 +74,18 @@ class Model:
         with self._lock:
             return self._arrivals.get((tag, stage), 0)
 
+    def first_arrival(self, tag: str, stage: int) -> float | None:
+        """When the first request of `(tag, stage)` arrived (`time.time()`), if one did."""
+        with self._lock:
+            return self._first.get((tag, stage))
+
     def __call__(self, messages: list[dict[str, Any]], tools: Any) -> Reply | Fault:
         user = next(str(m.get("content")) for m in messages if m.get("role") == "user")
         tag = user.partition(" ")[2]
         stage = sum(1 for m in messages if m.get("role") == "tool")
         with self._lock:
             self._arrivals[(tag, stage)] = self._arrivals.get((tag, stage), 0) + 1
+            self._first.setdefault((tag, stage), time.time())
             gate = self._gates.get((tag, stage))
         if gate is not None:
             gate.wait(TIMEOUT)

@@ -83,13 +83,14 @@ def _child_config(database_url: str) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("watched", [True, False], ids=["watched", "previous-release"])
+@pytest.mark.parametrize("watched", [True, False], ids=["this-release", "previous-release"])
 def test_approval_across_a_restart(
     zygote: Any, database_url: str, work: Path, watched: bool
 ) -> None:
-    """`previous-release`: the run waits in a plain `DBOS.recv` (no `watch:` step in its log),
-    as the release before watched waits ran it; this release recovers it and replays that wait
-    as it was."""
+    """`this-release`: the run parks at its wait (an `answer:approval` step once decided).
+    `previous-release`: the run waits in a plain `DBOS.recv`, as the release before watched
+    waits ran it; this release recovers it and replays that wait as it was (the decision is
+    sent to it as a DBOS message too)."""
     config = _child_config(database_url)
     run_id = config["run_id"]
     with children(zygote, work, model="cashier", **config) as procs:
@@ -126,7 +127,7 @@ def test_approval_across_a_restart(
     assert decision["by"] == "tester"
     assert decision["tool_call_id"] == call["id"]
     kinds = [step.kind for step in _controller(database_url).get_run(run_id).steps]
-    assert kinds.count("wait") == 1 and kinds.count("watch") == (1 if watched else 0)
+    assert kinds.count("wait") == 1 and kinds.count("watch") == 0
 
 
 def _refund_in_memory(directory: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:

@@ -3,32 +3,27 @@
 Calls `durable_swarm.durable.run_worker(**config)` (what `durable-swarm worker` does), from this
 directory, so `_app:swarm` is importable the way an app module is from its own directory.
 
-One key is the test's, not `run_worker`'s: `"recovery"` picks how this worker puts a dead
-process's runs back on their queues: `{"batch": 2}` (the library's batched recovery, 2 runs per
-statement; each call prints `batched recovery: <count> runs`) or `{"dbos": true}` (DBOS's
-own, one transaction per run, as on a DBOS release the batch was not tested with).
+One key is the test's, not `run_worker`'s: `"recovery": {"batch": N}` makes this worker put a
+dead process's runs back on their queues N runs per call of `resume_workflows` (of the
+`DBOSClient` its ownership thread uses), and print `recovery batch: <count> runs` for each call.
 """
 
 import json
 import sys
 from typing import Any
 
-import durable_swarm.durable._engine as _engine
-from durable_swarm.durable import run_worker
+from durable_swarm.durable import _dbos, run_worker
 
 if __name__ == "__main__":
     config = json.loads(sys.argv[1])
     recovery = config.pop("recovery", {})
     if "batch" in recovery:
-        _engine.RECOVERY_BATCH = recovery["batch"]
-        reenqueue = _engine._reenqueue
+        _dbos.RECOVERY_BATCH = recovery["batch"]
+        resume = _dbos.DBOSClient.resume_workflows
 
-        def counted(*args: Any, **kwargs: Any) -> int:
-            count = reenqueue(*args, **kwargs)
-            print(f"batched recovery: {count} runs", flush=True)
-            return count
+        def counted(client: Any, run_ids: list[str], **kwargs: Any) -> Any:
+            print(f"recovery batch: {len(run_ids)} runs", flush=True)
+            return resume(client, run_ids, **kwargs)
 
-        _engine._reenqueue = counted
-    if recovery.get("dbos"):
-        _engine.BATCHED_RECOVERY_DBOS = ()
+        _dbos.DBOSClient.resume_workflows = counted  # type: ignore[method-assign]
     run_worker(**config)

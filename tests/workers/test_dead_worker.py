@@ -12,12 +12,8 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-import pytest
-
-import durable_swarm.durable._engine as _engine
 from _support import procs
 from durable_swarm.durable import PROCESSES_TABLE, DurableClient
 from durable_swarm.durable._log import WORKFLOW_NAME
@@ -93,97 +89,49 @@ def test_a_dead_workers_runs_are_finished_by_another_worker(
         watcher.close()
 
 
-@pytest.mark.parametrize(
-    "recovery", [{"batch": 2}, {"dbos": True}], ids=["batched", "dbos-per-run"]
-)
-def test_a_dead_workers_runs_go_back_in_batches_or_one_by_one(
-    recovery: dict[str, Any],
+def test_a_dead_workers_runs_go_back_in_batches(
     start_worker: Callable[..., WorkerProcess],
     make_database_url: Callable[..., str],
     model: Model,
     work_dir: Path,
 ) -> None:
-    # Five runs of A, held in their second model call; B takes them over either in batches of
-    # two runs per statement (three batches, the last one short) or through DBOS's own
-    # recovery, one run per transaction (what a DBOS release the batch was not tested with
-    # gets). Either way: each run once, finished by B, nothing finished before done again.
-    tags = [f"{'b' if 'batch' in recovery else 'o'}{i}" for i in range(5)]
+    # Five runs of A, held in their second model call; B takes them over in batches of two runs
+    # per call of DBOS's `resume_workflows` (three batches, the last one short). Each run once,
+    # finished by B, nothing finished before done again.
+    tags = [f"b{i}" for i in range(5)]
     url = make_database_url("batches")
     settings = _quick_workers(url)
     a = start_worker("a", executor_id="worker-a", **settings).wait_ready()
     with DurableClient(url) as client:
         handles = _held_runs(client, model, tags, a)
-        b = start_worker("b", executor_id="worker-b", recovery=recovery, **settings)
+        b = start_worker("b", executor_id="worker-b", recovery={"batch": 2}, **settings)
         b.wait_ready()
         a.kill()
         _finished_once_by(client, handles, tags, "worker-b")
     assert "5 of its unfinished runs are back on their queues" in b.output()
-    assert _batched(b.output()) == (5 if "batch" in recovery else 0)
+    assert re.findall(r"recovery batch: (\d+) runs", b.output()) == ["2", "2", "1"]
     _each_step_once(model, work_dir, tags)
     assert b.terminate() == 0
 
 
-def _batched(output: str) -> int:
-    """How many runs a test worker (`_serve.py`) put back on queues by the batched recovery (a
-    dead process's runs in one call; its own at launch, one call per batch)."""
-    return sum(int(n) for n in re.findall(r"batched recovery: (\d+) runs", output))
-
-
-def test_a_failed_batch_of_launch_recovery_does_not_stop_the_next_ones(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # As DBOS's own launch recovery says so and goes on when one run fails, a batch that fails
-    # (the database away for a moment) leaves the next batches to go back on their queues; its
-    # own runs stay PENDING here, for the ownership thread to hand back later.
-    done: list[list[str]] = []
-    errors: list[str] = []
-
-    def reenqueue(sys_db: Any, executor_id: str, run_ids: list[str]) -> int:
-        if "r2" in run_ids:
-            raise OSError("database is away")
-        done.append(list(run_ids))
-        return len(run_ids)
-
-    monkeypatch.setattr(_engine, "_reenqueue", reenqueue)
-    monkeypatch.setattr(_engine, "RECOVERY_BATCH", 2)
-    fake = SimpleNamespace(_sys_db=None, logger=SimpleNamespace(error=errors.append))
-    pending = [SimpleNamespace(workflow_id=f"r{i}") for i in range(5)]
-    _engine._recover_own_runs(fake, pending)
-    assert done == [["r0", "r1"], ["r4"]]
-    assert len(errors) == 1 and "r2 .. r3 (2 runs" in errors[0] and "database is away" in errors[0]
-
-
-def test_the_installed_dbos_gets_the_batched_recovery() -> None:
-    # The batch is written against the DBOS releases in BATCHED_RECOVERY_DBOS; any other gets
-    # DBOS's own recovery. A DBOS upgrade fails here until the batch is checked against it.
-    assert _engine.dbos_version().startswith(_engine.BATCHED_RECOVERY_DBOS)
-
-
-@pytest.mark.parametrize(
-    "recovery", [{"batch": 2}, {"dbos": True}], ids=["batched", "dbos-per-run"]
-)
 def test_a_worker_restarted_under_its_executor_id_finishes_its_runs(
-    recovery: dict[str, Any],
     start_worker: Callable[..., WorkerProcess],
     make_database_url: Callable[..., str],
     model: Model,
     work_dir: Path,
 ) -> None:
     # A worker with a pinned executor id is killed with five runs in flight and started again
-    # under the same id: DBOS's launch recovery of its own runs puts them back on their queue,
-    # in batches of two runs per statement or (a DBOS release the batch was not tested with)
-    # one transaction per run.
-    tags = [f"{'s' if 'batch' in recovery else 'p'}{i}" for i in range(5)]
+    # under the same id: DBOS's launch recovery of its own runs puts them back on their queue.
+    tags = [f"s{i}" for i in range(5)]
     url = make_database_url("restart")
     settings = {**_quick_workers(url), "executor_id": "worker-pinned"}
     first = start_worker("first", **settings).wait_ready()
     with DurableClient(url) as client:
         handles = _held_runs(client, model, tags, first)
         first.kill()
-        again = start_worker("again", recovery=recovery, **settings).wait_ready()
+        again = start_worker("again", **settings).wait_ready()
         _finished_once_by(client, handles, tags, "worker-pinned")
     _each_step_once(model, work_dir, tags)
-    assert _batched(again.output()) == (5 if "batch" in recovery else 0)
     assert again.terminate() == 0
 
 

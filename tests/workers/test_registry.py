@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from durable_swarm.durable._ownership import (
-    HEAL_RUNS_PER_BEAT,
     Ownership,
     ProcessRegistry,
     ProcessRow,
@@ -176,11 +175,36 @@ def test_two_processes_that_judge_each_other_dead_at_once_never_both_lose(
         assert loser.beat() is None  # the loser finds out it was taken for dead
 
 
-def test_a_process_owning_thousands_of_runs_lists_them_less_often(tmp_path: Path) -> None:
-    # Thousands of runs waiting for people: all owned here, all running (waiting), none
-    # stalled. Listing them at every heartbeat costs what it lists; the heal looks every
-    # `owned / HEAL_RUNS_PER_BEAT` heartbeats instead, and at every one while a run it found
-    # stalled waits for its second look.
+class Runs:
+    """A `RunKeeper` of a test: runs PENDING under `me`, some of them executing here."""
+
+    def __init__(self, owned: list[str]) -> None:
+        self.owned = {run_id: 0 for run_id in owned}  # run id -> updated at (ms, db clock)
+        self.running = set(owned)
+        self.put: list[str] = []
+
+    def recover(self, executor_id: str) -> int:
+        return 0
+
+    def pending(self, executor_id: str | None) -> list[tuple[str, str, int]]:
+        return [(run_id, "me", updated) for run_id, updated in self.owned.items()]
+
+    def busy(self) -> list[str]:
+        return list(self.running)
+
+    def put_back(self, run_id: str) -> bool:
+        self.put.append(run_id)
+        del self.owned[run_id]
+        return True
+
+
+def test_a_run_that_stopped_here_is_put_back_after_two_looks_and_a_busy_one_never(
+    tmp_path: Path,
+) -> None:
+    # A run PENDING under this executor, untouched for `dead_after`, that no execution here runs
+    # (it ended on a database error) is put back on its queue once two looks in a row found it
+    # so (a run just taken from a queue is not running yet for a moment); a run that runs here
+    # is never put back, however long it has been PENDING.
     own = Ownership(
         f"sqlite:///{tmp_path / 'runs.sqlite'}",
         "me",
@@ -189,36 +213,23 @@ def test_a_process_owning_thousands_of_runs_lists_them_less_often(tmp_path: Path
         dead_after=6.0,
         application_version="v",
     )
-    owned = [f"r{i}" for i in range(3 * HEAL_RUNS_PER_BEAT)]
-    looks: list[int] = []
-    beat = 0
-
-    def pending_of(
-        executor_id: str, version: str, *, untouched_for: float
-    ) -> list[tuple[str, str | None]]:
-        looks.append(beat)
-        return [(run_id, f"token-{run_id}") for run_id in owned]
-
-    running = list(owned)
-    handed: list[tuple[str, str | None]] = []
-    own.registry.pending_of = pending_of  # type: ignore[method-assign]
-    own._running = lambda: running
-
-    def hand_back(run_id: str, token: str | None) -> bool:  # back on its queue
-        handed.append((run_id, token))
-        owned.remove(run_id)
-        return True
-
-    own._hand_back = hand_back
+    own.register()
+    runs = Runs([f"r{i}" for i in range(5)])
+    own._runs = runs
     own._confirmed_until = float("inf")
-    for beat in range(9):  # noqa: B007 (pending_of reads it)
+    for _ in range(3):
         own._heal()
-    assert looks == [0, 4, 8]  # 3000 owned: every fourth heartbeat
-    running.remove("r7")  # its execution ended on a database error: it stays PENDING here
-    for beat in range(9, 20):  # noqa: B007
-        own._heal()
-    assert looks == [0, 4, 8, 12, 13, 14, 17]  # found at 12, handed back at 13
-    assert handed == [("r7", "token-r7")]  # fenced by the token of the execution it saw
+    assert runs.put == []  # all of them run here
+    runs.running.remove("r3")  # its execution ended on a database error: it stays PENDING here
+    own._heal()
+    assert runs.put == []  # seen once: it may just have been taken from a queue
+    own._heal()
+    assert runs.put == ["r3"]
+    runs.owned["r4"] = own.registry.now_ms() or 0  # touched just now: not stalled
+    runs.running.remove("r4")
+    own._heal()
+    own._heal()
+    assert runs.put == ["r3"]
     own.registry.close()
 
 

@@ -17,11 +17,10 @@ from pathlib import Path
 
 from ..durable._client import DurableClient
 from ..durable._database import create_engine, display_url, sqlite_path
+from ..durable._engine import RUNS_TABLE, RUNS_TABLE_POSTGRES
 from ..errors import DatabaseUnavailableError
 
 __all__ = ["CliError", "check_database", "confirm_deletion", "open_swarm"]
-
-_RUN_TABLE = "workflow_status"
 
 
 class CliError(Exception):
@@ -56,7 +55,7 @@ def _check_sqlite(path: Path) -> None:
     db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     try:
         found = db.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (_RUN_TABLE,)
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (RUNS_TABLE,)
         ).fetchone()
     except sqlite3.DatabaseError as e:
         raise CliError(
@@ -86,7 +85,7 @@ def _check_postgres(url: str) -> None:
         raise CliError(f"Malformed database URL {shown!r}: {cause}. {_HOW_TO_PICK}.", 2) from e
     try:
         with engine.connect() as conn:
-            found = conn.execute(sa.text(f"SELECT to_regclass('dbos.{_RUN_TABLE}')")).scalar()
+            found = conn.execute(sa.text(f"SELECT to_regclass('{RUNS_TABLE_POSTGRES}')")).scalar()
     except Exception as e:
         cause = " ".join(str(getattr(e, "orig", None) or e).split())
         missing = re.search(r'database "([^"]+)" does not exist', cause)

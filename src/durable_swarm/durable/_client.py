@@ -26,12 +26,14 @@ from ._control import ClientSource, RunCommands, RunControl
 from ._database import display_url, is_postgres, resolve_database_url, sqlite_path
 from ._engine import DBOSClient, EnqueueOptions
 from ._log import EVENTS_STREAM, WORKFLOW_NAME, JsonSerializer, StoredResult, naming_run
+from ._parking import client_outcome
 from ._runs import RunInfo, step_outputs
 from ._sealing import configure as configure_keys
 from ._sealing import require
 from ._sessions import SessionCommands, SessionStore
 from ._spec import DEFAULT_SWARM, RunSpec, check_swarm_name
 from ._values import check_input, check_messages
+from ._waits import live_status
 
 if TYPE_CHECKING:
     from ..types import Response
@@ -100,7 +102,7 @@ class ClientRunHandle:
         """
         if timeout is not None:
             deadline = time.monotonic() + timeout
-            while self._client._dbos_status(self.run_id).status not in _FINISHED:
+            while not self._client._ended(self.run_id):
                 if time.monotonic() > deadline:
                     raise TimeoutError(
                         f"Run {self.run_id!r} did not finish within {timeout} s (it goes on; "
@@ -108,8 +110,9 @@ class ClientRunHandle:
                     )
                 time.sleep(self._client.poll_interval)
         with naming_run(self.run_id):
-            handle: Any = self._client._dbos.retrieve_workflow(self.run_id)
-            output = handle.get_result(polling_interval_sec=self._client.poll_interval)
+            client = self._client
+            waits, poll = client.runs.waits, client.poll_interval
+            output = client_outcome(client._dbos, waits, self.run_id, poll)
         from ..types import Response  # the agent types load the tool machinery: only here
 
         require(output, self.run_id, "its result")
@@ -304,7 +307,7 @@ class DurableClient(RunCommands, SessionCommands):
             status = self.runs.source.get_workflow_status(run_id)
             return None if status is None else str(status.status)
 
-        return SessionStore(self.database_url, status_of)
+        return SessionStore(self.database_url, live_status(status_of, self.runs.waits))
 
     def handle(self, run_id: str) -> ClientRunHandle:
         """A handle on an existing run (raises `RunNotFoundError` for an unknown id)."""
@@ -312,6 +315,13 @@ class DurableClient(RunCommands, SessionCommands):
         return ClientRunHandle(self, run_id)
 
     # --- looking at runs -----------------------------------------------------------------
+
+    def _ended(self, run_id: str) -> bool:
+        """Whether `run_id` has ended (a parked run has not: it waits)."""
+        status = self._dbos_status(run_id).status
+        if status == "CANCELLED":
+            return not self.runs.waits.is_parked(run_id)
+        return status in _FINISHED
 
     def _dbos_status(self, run_id: str) -> Any:
         status = self.runs.source.get_workflow_status(run_id)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -17,17 +18,17 @@ from .._aio import off_event_loop
 from ..errors import DurableSwarmError
 from ..usage import Budget, check_budget
 from ._decisions import DecisionLog, DecisionRecord, payload
-from ._engine import SetWorkflowID, client_system_database, system_database
+from ._engine import SetWorkflowID, SystemTables, system_tables
 from ._limits import limiter_for
 from ._listing import PendingApproval, RunFilter, RunQuery
-from ._log import BUDGET_TOPIC, WAITING_EVENT
-from ._notices import Notices
+from ._log import BUDGET_TOPIC, PARKED_WAITS, WAITING_EVENT
+from ._parking import resume_won
 from ._retention import Retention, RetentionReport, expire, purge
 from ._rotation import DEFAULT_BATCH, RotationReport, rotate
 from ._runs import DBOS_STATUSES, RunInfo, read_run, step_record, summarize, tally_steps
 from ._sealing import require
 from ._sweeper import RetentionLedger, RetentionStatus
-from ._waits import CANCEL_TOPIC, SWEEP_SECONDS, nudge_watchers
+from ._waits import WaitBook, person_key
 
 __all__ = ["FINISHED", "LIVE", "ClientSource", "RunCommands", "RunControl"]
 
@@ -43,6 +44,18 @@ logger = logging.getLogger("durable_swarm")
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
+
+
+def _parks(info: RunInfo) -> bool:
+    """Whether `info`'s current wait for a person parks: its log holds DBOS's patch marker
+    `PARKED_WAITS` after the event that says what the run waits for (see `_log`)."""
+    marker = f"DBOS.patch-{PARKED_WAITS}"
+    for step in reversed(info.steps):
+        if step.name == marker:
+            return True
+        if step.kind == "event":
+            return False
+    return False
 
 
 def _answer_key(run_id: str, waiting: dict[str, Any]) -> str | None:
@@ -69,16 +82,17 @@ class ClientSource:
         return {WAITING_EVENT: self._client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)}
 
     @property
-    def system_database(self) -> Any:
-        """DBOS's system database object behind the client (its engine and tables)."""
-        return client_system_database(self._client)
+    def system_tables(self) -> SystemTables:
+        """DBOS's system tables behind the client (its engine and table definitions)."""
+        return system_tables(self._client)
 
 
-def _system_database(source: Any) -> Any:
-    found = getattr(source, "system_database", None)
-    if found is not None:
+def _system_tables(source: Any) -> SystemTables:
+    """DBOS's system tables of `source`: a client's, else the DBOS instance's of this process."""
+    found = getattr(source, "system_tables", None)
+    if isinstance(found, SystemTables):
         return found
-    return system_database()
+    return system_tables()
 
 
 class RunControl:
@@ -90,7 +104,7 @@ class RunControl:
         self.database_url = database_url
         self._query: RunQuery | None = None
         self.decisions = DecisionLog(database_url)
-        self.notices = Notices(database_url)
+        self.waits = WaitBook(database_url)
         self.limits = limiter_for(database_url)
 
     # --- reading ---------------------------------------------------------------------------
@@ -99,10 +113,8 @@ class RunControl:
         """The whole run (raises `RunNotFoundError` for an unknown id); a pending run that
         cannot move on says why in `problem` (e.g. the agent it waits for), and one whose model
         call waits for its turn under a model limit says which in `rate_limit`."""
-        info = read_run(run_id, self.source)
-        if info.status == "pending":
-            status = self.source.get_workflow_status(run_id)
-            info.problem = self.notices.read(run_id, getattr(status, "executor_id", None))
+        info = read_run(run_id, self.source, self.waits)
+        if info.status == "pending" and info.rate_limit is None:
             info.rate_limit = self.limits.waiting_of(run_id)
         return info
 
@@ -110,7 +122,7 @@ class RunControl:
     def query(self) -> RunQuery:
         """SQL listing over the run database (filters, search, counts, paging)."""
         if self._query is None:
-            self._query = RunQuery(_system_database(self.source))
+            self._query = RunQuery(_system_tables(self.source))
         return self._query
 
     def list_runs(self, runs: RunFilter, limit: int | None = 50, offset: int = 0) -> list[RunInfo]:
@@ -130,9 +142,15 @@ class RunControl:
             )
         }
         live = DBOS_STATUSES["pending"]  # the statuses in which a run may wait
-        pending = [run_id for run_id in ids if getattr(rows.get(run_id), "status", None) in live]
+        statuses = {run_id: getattr(rows.get(run_id), "status", None) for run_id in ids}
+        parked = self.query.parked([r for r, status in statuses.items() if status == "CANCELLED"])
+        pending = [r for r, status in statuses.items() if status in live or r in parked]
         waiting = self.query.waiting(pending)
-        return [summarize(rows[run_id], waiting.get(run_id)) for run_id in ids if run_id in rows]
+        return [
+            summarize(rows[run_id], waiting.get(run_id), parked.get(run_id))
+            for run_id in ids
+            if run_id in rows
+        ]
 
     def count_runs(self, runs: RunFilter) -> int:
         """How many runs `runs` finds (without a limit)."""
@@ -147,7 +165,7 @@ class RunControl:
     ) -> RotationReport:
         """Re-seal every run's stored payloads with the first encryption key of this process
         (see `durable._rotation`): in batches, safe while workers run, resumable."""
-        return rotate(_system_database(self.source), self._url, batch_size=batch_size, say=say)
+        return rotate(_system_tables(self.source), self._url, batch_size=batch_size, say=say)
 
     def read_usage(self, runs: list[RunInfo]) -> None:
         """Fill in the usage of listed runs that have not finished (read from their steps)."""
@@ -159,7 +177,10 @@ class RunControl:
 
     # --- the person in the loop ----------------------------------------------------------
 
-    def _waiting(self, run_id: str, kind: str) -> dict[str, Any]:
+    def _waiting(self, run_id: str, kind: str) -> tuple[dict[str, Any], bool, bool]:
+        """What `run_id` waits for (it must wait for `kind`), whether its wait parks (a run of
+        an earlier release waits on a DBOS message instead), and whether it is CANCELLED in
+        DBOS (parked, or parking)."""
         info = self.get_run(run_id)
         # answering a question this process cannot read would answer blind (an approval is
         # bound to the exact arguments it cannot see): refused, as for any sealed content
@@ -170,13 +191,41 @@ class RunControl:
                 f"Run {run_id!r} is not waiting for {kind} (its status is {info.status!r}); "
                 "nothing was sent. Check get_run(run_id).status and .waiting_for."
             )
-        key = _answer_key(run_id, info.waiting_for)
-        if key is not None and self.query.answered(run_id, key):
+        wait_id = info.waiting_for.get("wait_id")
+        if wait_id is not None and self.waits.answer_of(run_id, person_key(wait_id)) is not None:
             raise DurableSwarmError(
                 f"Run {run_id!r} was already given an answer to this {kind} request; nothing "
                 "was sent. The run goes on with the first answer as soon as it reads it."
             )
-        return info.waiting_for
+        stopped = self.source.get_workflow_status(run_id)
+        return info.waiting_for, _parks(info), getattr(stopped, "status", None) == "CANCELLED"
+
+    def _deliver(
+        self,
+        run_id: str,
+        waiting: tuple[dict[str, Any], bool, bool],
+        kind: str,
+        message: dict[str, Any],
+    ) -> bool:
+        """Give the wait `waiting` of `run_id` its answer `message` and resume the run if it
+        parked (see `durable._waits`). False if the wait had an answer already (or the run was
+        cancelled meanwhile): nothing changed. A run of an earlier release, which waits on a
+        DBOS message instead, is sent one too (one per wait: DBOS keeps the first)."""
+        since = time.monotonic()
+        waits_for, parks, stopped = waiting
+        wait_id = waits_for.get("wait_id")
+        won = None
+        if wait_id is not None:
+            wait_key = person_key(int(wait_id))
+            won = self.waits.answer(run_id, wait_key, kind, message, stopped=stopped)
+        if not parks and (won is not None or wait_id is None):
+            message_id = _answer_key(run_id, waits_for)
+            self.source.send(run_id, message, kind, idempotency_key=message_id)
+        if won is None:
+            return wait_id is None
+        if won.state == "resuming":
+            resume_won(self.source, won, since, self.waits)
+        return True
 
     def send_input(self, run_id: str, text: str, *, by: str | None = None) -> None:
         """Answer the question `run_id` waits on.
@@ -185,15 +234,17 @@ class RunControl:
         others raise `DurableSwarmError` naming who answered first (DBOS keeps one message per
         idempotency key and drops the rest without a word)."""
         waiting = self._waiting(run_id, "input")
-        key = _answer_key(run_id, waiting)
         message = {"text": str(text), "by": by, "at": _now()}
-        self.source.send(run_id, message, "input", idempotency_key=key)
-        try:
-            stored = self.query.sent_message(run_id, key) if key is not None else None
-        except Exception as e:  # the answer is stored: only whose it is stays unknown
-            logger.warning("Run %s: an answer was sent; reading it back failed (%s).", run_id, e)
+        if self._deliver(run_id, waiting, "input", message):
             return
-        if isinstance(stored, dict) and stored != message:
+        try:
+            stored = self.waits.answer_of(run_id, person_key(int(waiting[0]["wait_id"])))
+        except Exception as e:  # the first answer is stored: only whose it is stays unknown
+            logger.warning("Run %s was answered; reading the answer back failed (%s).", run_id, e)
+            stored = {}
+        if not isinstance(stored, dict):
+            stored = {}
+        if stored != message:
             raise DurableSwarmError(
                 f"Run {run_id!r} was answered by {stored.get('by') or 'someone (no name given)'} "
                 f"at {stored.get('at')} just before you; your answer was not sent. The run goes "
@@ -222,7 +273,7 @@ class RunControl:
         except DurableSwarmError:
             self._decided_before(run_id, tool_call_id, approved)
             raise
-        pending = (waiting.get("tool_call") or {}).get("id")
+        pending = (waiting[0].get("tool_call") or {}).get("id")
         if pending != tool_call_id:
             self._decided_before(run_id, tool_call_id, approved)
             raise DurableSwarmError(
@@ -230,13 +281,13 @@ class RunControl:
                 f"{tool_call_id!r}; nothing was sent."
             )
         mine = DecisionRecord(
-            run_id, int(waiting.get("wait_id") or 0), tool_call_id, approved, message, by, _now()
+            run_id, int(waiting[0].get("wait_id") or 0), tool_call_id, approved, message, by, _now()
         )
         earlier = self.decisions.record(mine)
         # The recorded decision is sent even by a loser: if the winner died before sending it,
         # this delivers it (a second send of one wait's decision is dropped by its key).
-        decision = payload(earlier or mine, waiting.get("digest"))
-        self.source.send(run_id, decision, "approval", idempotency_key=_answer_key(run_id, waiting))
+        decision = payload(earlier or mine, waiting[0].get("digest"))
+        self._deliver(run_id, waiting, "approval", decision)
         if earlier is not None:
             raise earlier.conflict(approved)
 
@@ -249,24 +300,16 @@ class RunControl:
     # --- steering ----------------------------------------------------------------------------
 
     def cancel(self, run_id: str) -> None:
-        """Cancel a run and its sub-agents. A run (or sub-agent) waiting for a person gives its
-        wait up at once in whichever process holds it (see `durable._waits`)."""
+        """Cancel a run and its sub-agents. A run (or sub-agent) parked at a wait takes no
+        answer any more; one executing stops at its next step (see `durable._waits`)."""
         self._cancel(self.get_run(run_id))
 
     def _cancel(self, info: RunInfo) -> None:
         run_id = info.run_id
+        # the waits' tombstone first, then DBOS, then the waits again (see `cancel_tree`)
+        self.waits.cancel_tree(run_id)
         self.source.cancel_workflow(run_id, cancel_children=True)
-        nudge_watchers()  # a run of this process waiting for a person gives its wait up now
-        if info.status in FINISHED:
-            return
-        try:  # the notice that wakes the watcher of the process holding the run
-            self.source.send(run_id, {"cancelled_at": _now()}, CANCEL_TOPIC)
-        except Exception as e:  # the run is cancelled; its process sees it at its next sweep
-            logger.warning(
-                "Run %s is cancelled, but the notice to the process that holds it failed (%s): "
-                "if it waits for a person, it gives its wait up within %.0f s.",
-                run_id, e, SWEEP_SECONDS,
-            )  # fmt: skip
+        self.waits.cancel_tree(run_id)
 
     def resume(self, run_id: str, budget: Budget | None = None) -> str:
         """Continue a cancelled run, or a failed one from the step that failed. With `budget`,
@@ -303,6 +346,7 @@ class RunControl:
             self.source.rewind_workflow(run_id, start_step=start, queue_name=_HOLD_QUEUE)
         if note is not None:
             self.source.send(run_id, note, BUDGET_TOPIC)
+        self.waits.uncancel_tree(run_id)  # its waits wait again (a replay parks at them)
         self.source.resume_workflow(run_id)
         return run_id
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
+import functools
 import logging
 import os
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from .._aio import in_event_loop
@@ -18,43 +21,46 @@ from . import _drain, _engine
 from ._database import describe_fault, display_url, prepare_sqlite
 from ._engine import (
     DBOS,
-    execution_token,
-    gate_queues,
+    DBOSClient,
+    DBOSNonExistentWorkflowError,
+    DBOSWorkflowConflictIDError,
     is_launched,
-    on_dbos_loop,
-    system_database,
+    outside_run,
+    own_queue,
+    system_database_url,
 )
 from ._failures import quiet_tracebacks
 from ._log import REPLAY_VERSION, JsonSerializer
 from ._ownership import Ownership, new_executor_id, timing
 from ._sealing import keyring
 from ._sweeper import stop_sweeper
-from ._waits import stop_watchers
-from ._wakeup import Wakeups
+from ._tables import engine_for
+from ._waits import WaitBook
 
 __all__ = [
     "APPLICATION_VERSION",
     "RECOVERY_QUEUE",
+    "Admission",
+    "add_sweep",
+    "admit",
     "busy_runs",
     "ensure_launched",
-    "execution_token",
     "executor_id",
-    "hand_back",
+    "instance",
     "is_launched",
     "launched_url",
     "note_entered",
+    "note_left",
     "note_taken",
-    "on_dbos_loop",
+    "on_loop",
     "ownership",
+    "put_back",
     "recover_runs_of",
     "recovery_slots",
     "run_database_url",
     "run_status",
     "running_runs",
     "shutdown",
-    "slot_given_back",
-    "starting_on",
-    "system_database",
 ]
 
 # Recovery only picks up runs of the same application version, so it follows the log's
@@ -69,23 +75,18 @@ T = TypeVar("T")
 
 # The runs of a dead process that it started without a queue (a `DurableSwarm` process's own
 # runs, its sub-agents) go back on this queue, which every process this library launches
-# listens to. DBOS's internal queue, where DBOS's own recovery puts them, has no per-process
-# limit: the first process to look took all of them, however many other processes were idle.
-# Here each process takes only its free slots (`recovery_slots`, counted by `gate_queues`), so
-# a dead process's runs spread over the live ones. Registered in the database at each launch
-# with a per-process limit DBOS applies as a ceiling; its queue thread looks every
-# RECOVERY_POLL_SECONDS. Runs land on it only at a takeover or a hand-back, so it is looked at
-# seldom (each look is a few transactions, in every process of the fleet, idle or not); the
-# process that puts runs there wakes its own queue thread at once (`recover_runs_of`), the
-# others take their share at their next look.
+# listens to. DBOS's internal queue has no per-process limit: the first process to look would
+# take all of them, however many other processes were idle. This queue's per-process limit
+# (DBOS's public `worker_concurrency`, one value for the whole fleet: the smallest one a
+# process asked for, see `_register_recovery_queue`) makes each process take only that many at
+# a time, so a dead process's runs spread over the live ones. Its queue thread looks every
+# RECOVERY_POLL_SECONDS: runs land on it only at a takeover, and each look is a few
+# transactions in every process of the fleet, idle or not.
 RECOVERY_QUEUE = "durable_swarm_recovered"
-RECOVERY_QUEUE_LIMIT = 100_000
 RECOVERY_POLL_SECONDS = 5.0
 RECOVERY_SLOTS_ENV = "DURABLE_SWARM_RECOVERY_SLOTS"
 DEFAULT_RECOVERY_SLOTS = 100
 
-# This process's DBOS instance, or None (kept here for the callers that read it from this module).
-_instance = _engine.instance
 
 _lock = threading.RLock()
 _launched_url: str | None = None
@@ -93,15 +94,29 @@ _owned = False
 _ownership: Ownership | None = None
 
 
-def recovery_slots(slots: int | None = None) -> int:
-    """How many runs this process runs at once from the queues its slots cover: `slots` (a
-    worker's concurrency) if given, else `DURABLE_SWARM_RECOVERY_SLOTS`, else 100 (a process
-    without a queue of its own takes at most that many of a dead process's runs at a time)."""
-    if slots is not None:
-        return slots
+# What this process's ownership thread sweeps now and then (`add_sweep`).
+_SWEEPS: list[Callable[[Any], Any]] = []
+
+
+def add_sweep(sweep: Callable[[Any], Any]) -> None:
+    """Have every process that launches DBOS here call `sweep(client)` every
+    `_ownership.SWEEP_SECONDS` while its ownership is confirmed (the parked waits' sweep),
+    `client` a `DBOSClient` that fails at once while the database is away (`_Keeper`)."""
+    if sweep not in _SWEEPS:
+        _SWEEPS.append(sweep)
+
+
+def _sweep_with(sweep: Callable[[Any], Any]) -> Any:
+    return sweep(_KEEPER.client())
+
+
+def recovery_slots(slots: int | None = None) -> tuple[int, bool]:
+    """How many runs of dead processes a process runs at once (`RECOVERY_QUEUE`'s per-process
+    limit), and whether that was set explicitly: `DURABLE_SWARM_RECOVERY_SLOTS` if set (it is
+    then the fleet's), else `slots` (a worker's concurrency), else 100."""
     configured = os.environ.get(RECOVERY_SLOTS_ENV)
     if not configured:
-        return DEFAULT_RECOVERY_SLOTS
+        return (DEFAULT_RECOVERY_SLOTS if slots is None else slots), False
     try:
         value = int(configured)
     except ValueError:
@@ -111,7 +126,7 @@ def recovery_slots(slots: int | None = None) -> int:
             f"{RECOVERY_SLOTS_ENV}={configured!r} is not a positive integer; set it to how many "
             "runs of dead processes this process may run at once (e.g. 100), or unset it."
         )
-    return value
+    return value, True
 
 
 def executor_threads() -> int:
@@ -229,8 +244,8 @@ def ensure_launched(
     `queues` (a worker) makes this process take queued runs only from those queues (DBOS's
     internal queue, which carries recovered runs, always included); it needs a DBOS that is not
     launched yet. `say` receives the status lines of the ownership thread (default: the log).
-    `slots` (a worker's concurrency; default `recovery_slots()`) bounds how many runs this
-    process runs at once from `queues` and `RECOVERY_QUEUE` together.
+    `slots` (a worker's concurrency) is how many runs of dead processes it takes at a time
+    from `RECOVERY_QUEUE` (see `recovery_slots`).
 
     An executor id that another live process holds is refused with `ExecutorIdInUseError`
     (`on_executor_id_taken`: "error", default `DURABLE_SWARM_ON_EXECUTOR_ID_TAKEN`), or
@@ -259,7 +274,6 @@ def ensure_launched(
         _drain.reopen()  # a launch after a stop in this process begins steps again
         beat, dead = timing(heartbeat_interval, dead_after)
         ownership: Ownership | None = None
-        wakeups: Wakeups | None = None
         early = True
         if _engine.instance() is None:
             executor_id = executor_id or new_executor_id(kind)
@@ -290,34 +304,18 @@ def ensure_launched(
                 cause = describe_fault(e, database_url)
                 raise DatabaseUnavailableError(display_url(database_url), cause) from e
             config = _config(database_url, ownership.executor_id, poll_interval)
-            wakeups = _engine.install_wakeups(DBOS(config=config))  # type: ignore[arg-type]
-            if wakeups is not None:
-                wakeups.starting = starting_on
+            DBOS(config=config)  # type: ignore[arg-type]
             _owned = True
         if queues is not None:
             DBOS.listen_queues([*queues, RECOVERY_QUEUE])
         try:
-            if _owned:
-                with _engine.batched_launch_recovery():
-                    _launch_outside_event_loop()
-            else:
-                _launch_outside_event_loop()
+            _launch_outside_event_loop()
             if ownership is not None:
                 if not early:  # DBOS runs under this id now: it cannot change any more
                     ownership.register(fixed_id=True)
-                _register_recovery_queue()
-                shared = [*(queues or ()), RECOVERY_QUEUE]
-                gate_queues(
-                    _engine.instance(),
-                    ownership,
-                    note_taken,
-                    hand_back,
-                    starting_on,
-                    slots=(recovery_slots(slots), shared, RECOVERY_QUEUE, RECOVERY_QUEUE_LIMIT),
-                )
-                ownership.start(recover_runs_of, busy_runs, hand_back)
-            if wakeups is not None:
-                wakeups.open()  # the gate is in place: queue threads may look at once
+                _register_recovery_queue(slots)
+                ownership.sweeps = [functools.partial(_sweep_with, sweep) for sweep in _SWEEPS]
+                ownership.start(_KEEPER)
         except Exception as e:
             if _owned:
                 DBOS.destroy()
@@ -331,6 +329,7 @@ def ensure_launched(
         _ownership = ownership
         _launched_url = database_url
         _check_serializer()
+        WaitBook(run_database_url() or database_url).ensure()  # readers join it from now on
 
 
 def _check_serializer() -> None:
@@ -348,37 +347,38 @@ def _check_serializer() -> None:
         )
 
 
-def _register_recovery_queue() -> None:
-    """Register `RECOVERY_QUEUE` (DBOS's public queue registry); until it is, and if it cannot
-    be, recovered runs go to DBOS's internal queue as DBOS's own recovery puts them."""
-    try:
-        _outside_event_loop(
-            lambda: DBOS.register_queue(
-                RECOVERY_QUEUE,
-                worker_concurrency=RECOVERY_QUEUE_LIMIT,
-                polling_interval_sec=RECOVERY_POLL_SECONDS,
-                on_conflict="always_update",
-            )
-        )
-    except Exception as e:  # a run still goes back on DBOS's internal queue: nothing is lost
-        logger.warning(
-            "could not register the queue %r for recovered runs (%s); runs of dead processes "
-            "go to DBOS's internal queue, where the first process to look takes them all",
+def _register_recovery_queue(slots: int | None) -> None:
+    """Register `RECOVERY_QUEUE` (DBOS's public queue registry) with this process's
+    `recovery_slots`: set as the fleet's limit when given explicitly, else only lowered to it
+    (the limit is one value for every process; the smallest a process asked for stands, so no
+    worker takes more of a dead process's runs at a time than its concurrency)."""
+    wanted, explicit = recovery_slots(slots)
+
+    def register() -> None:
+        queue = DBOS.register_queue(
             RECOVERY_QUEUE,
-            e,
+            worker_concurrency=wanted,
+            polling_interval_sec=RECOVERY_POLL_SECONDS,
+            on_conflict="always_update" if explicit else "never_update",
         )
-        return
-    _engine.use_recovery_queue(RECOVERY_QUEUE)
+        current = queue.worker_concurrency
+        if current is None or current > wanted:
+            queue.set_worker_concurrency(wanted)
 
-
-def recovery_queue() -> str:
-    """The queue a run started without one goes back on when it is recovered here."""
-    return _engine.recovery_queue()
+    try:
+        _outside_event_loop(register)
+    except Exception as e:  # registered by an earlier launch: its runs still come back
+        logger.warning("could not register the queue %r (%s)", RECOVERY_QUEUE, e)
 
 
 def launched_url() -> str | None:
     """The database of the DBOS this library launched in this process (None if it did not)."""
     return _launched_url
+
+
+def instance() -> Any:
+    """The DBOS instance of this process (configured, launched or not), or None."""
+    return _engine.instance()
 
 
 def run_database_url() -> str | None:
@@ -389,7 +389,7 @@ def run_database_url() -> str | None:
         return _launched_url
     if not is_launched():
         return None
-    return str(system_database().engine.url.render_as_string(hide_password=False))
+    return system_database_url()
 
 
 def executor_id() -> str:
@@ -397,93 +397,118 @@ def executor_id() -> str:
     return _engine.executor_id()
 
 
-def hand_back(run_id: str, token: str | None = None) -> bool:
-    """Put `run_id`, which this process owns, back on its queue for any process to take (the
-    caller then stops its execution without recording anything). False if it is not ours.
-
-    Fenced by the execution's ownership token: only while the run is PENDING under this
-    executor *and* still owned by the execution holding `token` (that of the calling
-    execution, `execution_token`; None: the token the run holds now, for a run no execution
-    here runs). A stale execution, whose run was taken over and started again meanwhile
-    (even under this same executor id), moves nothing."""
-    wakeups = _engine.wakeups_of()
-    if wakeups is not None and run_id in running_runs():
-        wakeups.hold(run_id)  # its slot freeing must not make this process take it back
-    handed = False
+def put_back(run_id: str, *, execution: bool = False, source: Any = None) -> bool | None:
+    """Put `run_id`, PENDING under this process's executor id but no longer run by any
+    execution here (it stopped on a database error; `execution`: the caller is the one
+    execution of it here, which ends next without recording anything), back on its queue for
+    any process to take. True if it did; False if it is not this process's to put back; None
+    while this process's ownership is not confirmed (try again: someone may be taking its runs
+    over). Never while another execution here runs it (a second execution beside a first would
+    run its next step twice). `source`: a `DBOSClient` (default: DBOS, outside any run)."""
+    own = _ownership
+    if own is None:
+        return False
+    if not own.confirmed():
+        return None
+    with _taken_lock:
+        executions = _executions.get(run_id, 0)
+    if executions > (1 if execution else 0) or (not execution and run_id in busy_runs()):
+        return False
+    if source is None:
+        status = outside_run(DBOS.get_workflow_status, run_id)
+    else:
+        found = source.list_workflows(workflow_ids=[run_id], load_input=False, load_output=False)
+        status = found[0] if found else None
+    if status is None or status.status != "PENDING" or status.executor_id != own.executor_id:
+        return False
+    queue = None if own_queue(status.queue_name) else status.queue_name
     try:
-        handed = _engine.reenqueue_run(run_id, token)
-    finally:
-        if not handed and wakeups is not None:
-            wakeups.release_hold(run_id)
-    return handed
+        if source is None:
+            outside_run(DBOS.resume_workflow, run_id, queue_name=queue or RECOVERY_QUEUE)
+        else:
+            source.resume_workflow(run_id, queue_name=queue or RECOVERY_QUEUE)
+    except DBOSNonExistentWorkflowError:
+        return False
+    return True
 
 
-@contextlib.asynccontextmanager
-async def slot_given_back(run_id: str, joins: str | None = None) -> AsyncIterator[None]:
-    """While the block runs (`run_id` waits for a person, or for its sub-agent run `joins`
-    started here to end) and no other execution of its tree runs (see
-    `_wakeup.Wakeups.parked`), the run holds no slot of its queue's per-worker concurrency in
-    this process, and the slot goes to the next run; when the block ends, the run takes a slot
-    back if it gave one, waiting for one if the worker is full. Without the library's wake-ups
-    (another DBOS version), the run keeps its slot."""
-    wakeups = _engine.wakeups_of()
-    if wakeups is None:
-        yield
-        return
-    async with wakeups.parked(run_id, joins):
-        yield
+# Executions of runs in this process now, by run id (a run DBOS runs twice here for a moment,
+# a stale execution beside a new one, counts twice): what the ownership thread never puts back.
+_executions: dict[str, int] = {}
 
 
 def running_runs() -> list[str]:
     """The ids of the runs executing in this process now."""
-    return _engine.active_run_ids()
+    with _taken_lock:
+        return list(_executions)
 
 
-# Runs this process took from a queue or started, by id, with when (time.monotonic()), until
-# their workflow function begins here (`note_entered`). Between the two, DBOS's active set does
-# not list them yet: the queue thread starts the runs it took one after the other, and each
-# becomes a task of a busy event loop (10,000 recovered at once took minutes here).
-# A run taken from a queue also counts against that queue's concurrency here until it begins
-# (see `starting_on`).
+# Runs this process started (sub-agent runs), by id, with when (time.monotonic()), until their
+# workflow function begins here (`note_entered`): a task of a busy event loop may take a while
+# to begin.
 _taken: dict[str, tuple[float, str | None]] = {}
 _taken_lock = threading.Lock()
 _last_entered = 0.0  # when a run last began here (time.monotonic())
-# A taken run that never begins here (its start failed, e.g. on a database error) stops
-# counting as busy once it was taken this long ago (or 10 x `dead_after`, if larger) and no run
-# has begun here for `dead_after`: a process still starting runs it took keeps them all.
+# A started run that never begins here (its start failed, e.g. on a database error) stops
+# counting as busy once it was started this long ago (or 10 x `dead_after`, if larger) and no
+# run has begun here for `dead_after`: a process still starting runs keeps them all.
 TAKEN_GRACE_SECONDS = 300.0
-# How long a run taken from a queue counts against that queue's concurrency here if it does not
-# begin (see `starting_on`); a run begins within milliseconds unless the process is overloaded.
-STARTING_SECONDS = 30.0
 
 
-def note_taken(run_ids: Sequence[str], queue: str | None = None) -> None:
-    """Record that this process took `run_ids` from `queue` (or started them, without a
-    queue); see `busy_runs` and `starting_on`."""
+def note_taken(run_ids: Sequence[str]) -> None:
+    """Record that this process started `run_ids` (they have not begun yet); see
+    `busy_runs`."""
     now = time.monotonic()
     with _taken_lock:
         for run_id in run_ids:
-            _taken[run_id] = (now, queue)
+            _taken[run_id] = (now, None)
 
 
-def starting_on(queue: str) -> int:
-    """How many runs this process took from `queue` in the last `STARTING_SECONDS` that have
-    not begun yet. DBOS counts a run against its queue's per-worker concurrency only once the
-    run begins; a look at the queue in between (a wake-up right after a claim) would take more
-    runs than the limit allows, so the ownership gate adds these to DBOS's count. A taken run
-    may also never begin here (cancelled just after the claim, its status unreadable): it stops
-    counting after `STARTING_SECONDS`, so it cannot hold a slot for good."""
-    since = time.monotonic() - STARTING_SECONDS
-    with _taken_lock:
-        return sum(1 for at, taken_from in _taken.values() if taken_from == queue and at > since)
+class Execution:
+    """One execution of a run in this process: its run, and the ownership epoch it began in
+    (or was last confirmed in, see `admit`)."""
+
+    __slots__ = ("epoch", "run_id")
+
+    def __init__(self, run_id: str, epoch: int) -> None:
+        self.run_id = run_id
+        self.epoch = epoch
+
+
+# The execution whose task (or step thread) runs the calling code, set as it begins.
+_execution: contextvars.ContextVar[Execution | None] = contextvars.ContextVar(
+    "durable_swarm_execution", default=None
+)
+# The newest execution of each run in this process.
+_newest: dict[str, Execution] = {}
 
 
 def note_entered(run_id: str) -> None:
-    """Record that `run_id`'s workflow function began in this process (DBOS now lists it)."""
+    """Record that an execution of `run_id` began in this process (`note_left` when it ends):
+    it is now the run's newest here, and knows the ownership epoch it began in (`admit`)."""
     global _last_entered
+    own = _ownership
+    execution = Execution(run_id, own.lost if own is not None else 0)
+    _execution.set(execution)  # in the workflow's task: its steps' contexts copy it
     with _taken_lock:
         _taken.pop(run_id, None)
+        _executions[run_id] = _executions.get(run_id, 0) + 1
+        _newest[run_id] = execution
         _last_entered = time.monotonic()
+
+
+def note_left(run_id: str) -> None:
+    """An execution of `run_id` ended in this process (finished, failed, parked, handed
+    over)."""
+    execution = _execution.get(None)
+    with _taken_lock:
+        left = _executions.get(run_id, 0) - 1
+        if left > 0:
+            _executions[run_id] = left
+        else:
+            _executions.pop(run_id, None)
+        if execution is not None and _newest.get(run_id) is execution:
+            del _newest[run_id]
 
 
 def busy_runs() -> list[str]:
@@ -515,20 +540,209 @@ def ownership() -> Ownership | None:
     return _ownership
 
 
-def recover_runs_of(executor_id: str) -> int:
-    """Put the PENDING runs of the (dead) executor `executor_id` back on their queues; returns
-    how many. Needs DBOS launched in this process."""
-    count = _engine.recover_runs_of(executor_id)
-    _wake_recovery_queue(count)
+# Runs put back on their queues per statement by `recover_runs_of`.
+RECOVERY_BATCH = 500
+
+
+def recover_runs_of(executor_id: str, source: Any = None) -> int:
+    """Put the PENDING runs of the dead executor `executor_id` (of this application version)
+    back on their queues; returns how many. The caller holds the claim on that executor
+    (`ProcessRegistry.claim`): it alone recovers its runs, and the executor id cannot come back
+    to life meanwhile (a restart waits for the claim to end). DBOS's public `list_workflows`
+    and `resume_workflows` (in batches; `source`: a `DBOSClient`, default the ownership
+    thread's, which fails at once when the database is away instead of waiting for it); a run
+    that came from a worker's queue goes back on it, any other on `RECOVERY_QUEUE`. Only while
+    this process's ownership is confirmed: one that was paused since it listed the runs
+    recovers nothing (the executor may have come back and taken them up again)."""
+    client = source or _KEEPER.client()
+    found = client.list_workflows(
+        status="PENDING",
+        executor_id=executor_id,
+        app_version=APPLICATION_VERSION,
+        load_input=False,
+        load_output=False,
+    )
+    by_queue: dict[str, list[str]] = {}
+    for run in found:
+        queue = RECOVERY_QUEUE if own_queue(run.queue_name) else str(run.queue_name)
+        by_queue.setdefault(queue, []).append(run.workflow_id)
+    count = 0
+    for queue, run_ids in sorted(by_queue.items()):
+        for start in range(0, len(run_ids), RECOVERY_BATCH):
+            own = _ownership
+            if own is not None and not own.confirmed():
+                return count
+            batch = run_ids[start : start + RECOVERY_BATCH]
+            client.resume_workflows(batch, queue_name=queue)
+            count += len(batch)
     return count
 
 
-def _wake_recovery_queue(count: int) -> None:
-    """After `count` runs went back on their queues here: look at `RECOVERY_QUEUE` now rather
-    than at its next poll (`RECOVERY_POLL_SECONDS`), so this process takes its share at once."""
-    wakeups = _engine.wakeups_of()
-    if count and wakeups is not None:
-        wakeups.wake(RECOVERY_QUEUE)
+class _Keeper:
+    """The runs as the ownership thread sees them (`_ownership.RunKeeper`), through DBOS's
+    public API: a `DBOSClient` on the run database made with `retry_connection_errors=False`
+    (on this library's engine of it), so that a call made while the database is away fails at
+    once instead of waiting, with DBOS's backoff, for it to come back; the heartbeat thread
+    that makes it must go on beating (a stalled heartbeat gets a process taken for dead)."""
+
+    def __init__(self) -> None:
+        self._client: DBOSClient | None = None
+        self._url: str | None = None
+        self._lock = threading.Lock()
+
+    def client(self) -> DBOSClient:
+        url = run_database_url()
+        assert url is not None, "DBOS is not launched in this process"
+        with self._lock:
+            if self._client is None or self._url != url:
+                self._client = DBOSClient(
+                    system_database_url=url,
+                    system_database_engine=engine_for(url),
+                    application_name=APP_NAME,
+                    retry_connection_errors=False,
+                    lazy=True,
+                )
+                self._url = url
+            return self._client
+
+    def recover(self, executor_id: str) -> int:
+        return recover_runs_of(executor_id, self.client())
+
+    def pending(self, executor_id: str | None) -> list[tuple[str, str, int]]:
+        found = self.client().list_workflows(
+            status="PENDING",
+            executor_id=executor_id,
+            app_version=APPLICATION_VERSION,
+            load_input=False,
+            load_output=False,
+        )
+        return [
+            (run.workflow_id, str(run.executor_id), int(run.updated_at or run.created_at or 0))
+            for run in found
+        ]
+
+    def busy(self) -> list[str]:
+        return busy_runs()
+
+    def put_back(self, run_id: str) -> bool:
+        return bool(put_back(run_id, source=self.client()))
+
+
+_KEEPER = _Keeper()
+
+
+# --- admission of a step's body: ownership ---------------------------------------------------
+
+
+class Admission:
+    """`admit`'s verdict on a step body that is about to begin."""
+
+    GO = "go"  # begin it
+    STOPPING = "stopping"  # the process stops: it never begins here (see `_drain`)
+    LOST = "lost"  # the run is no longer this execution's (taken over): record nothing more
+
+
+# How often a step body that waits for this process's ownership looks again.
+ADMIT_POLL_SECONDS = 0.05
+
+
+def admit(run_id: str) -> str:
+    """May a step body of `run_id` begin now in this process? (Blocking; see `Admission`.)
+
+    Only while this process's ownership is confirmed (its last heartbeat is recent enough that
+    nobody can have taken it for dead): a process paused, frozen or cut off waits here until a
+    heartbeat succeeds again. Only for the newest execution of the run here (DBOS may run a
+    second one beside a stale one for a moment: the stale one records nothing more, `LOST`).
+    If the process was taken for dead since this execution began (its ownership epoch moved),
+    its runs were taken over: the body begins only if the run is still PENDING under this
+    executor (it was taken after the takeover), else `LOST`. This is what keeps a step from
+    running in two executions at the same moment after a pause, where DBOS's own fencing only
+    refuses the stale execution's checkpoints. A process that did not launch DBOS itself (an
+    app's own) has no ownership and admits every body."""
+    own = _ownership
+    if own is None:
+        return Admission.GO
+    execution = _execution.get(None)
+    if execution is not None and execution.run_id != run_id:
+        execution = None  # a step of another run's context (not one of ours)
+    if _admitted_now(run_id):
+        return Admission.GO
+    while not own.confirmed():
+        if own.is_stopping:
+            return Admission.STOPPING
+        time.sleep(ADMIT_POLL_SECONDS)
+    with _taken_lock:
+        newest = execution is None or _newest.get(run_id) is execution
+    if not newest:
+        return Admission.LOST
+    if execution is None or own.lost == execution.epoch:
+        return Admission.GO
+    status = outside_run(DBOS.get_workflow_status, run_id)
+    if status is None or status.status != "PENDING" or status.executor_id != own.executor_id:
+        return Admission.LOST
+    execution.epoch = own.lost  # still this execution's: taken after the takeover
+    return Admission.GO
+
+
+def _admitted_now(run_id: str) -> bool | None:
+    """`admit`'s answer when it needs no waiting and no database (True: go), else None."""
+    own = _ownership
+    if own is None:
+        return True
+    execution = _execution.get(None)
+    if execution is None or execution.run_id != run_id:
+        return True if own.confirmed() else None
+    with _taken_lock:
+        newest = _newest.get(run_id) is execution
+    return True if own.confirmed() and own.lost == execution.epoch and newest else None
+
+
+def _admitted(run_id: str) -> bool:
+    """`admit` for `_drain`'s gate: True to begin the body, False to never begin it here (the
+    process stops); a run taken over meanwhile ends its execution here without recording
+    anything (DBOS's `DBOSWorkflowConflictIDError`: this execution no longer owns the run)."""
+    verdict = admit(run_id)
+    if verdict == Admission.LOST:
+        raise DBOSWorkflowConflictIDError(run_id)
+    return verdict == Admission.GO
+
+
+_drain.use_gate(_admitted_now, _admitted)
+
+
+# --- the library's own event loop ----------------------------------------------------------
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def _library_loop() -> asyncio.AbstractEventLoop:
+    """The event loop of this library's thread (started at first use): runs started from sync
+    code are tasks there, so none holds a thread for its whole life (waits included)."""
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(
+                target=loop.run_forever, name="durable-swarm-loop", daemon=True
+            ).start()
+            _loop = loop
+        return _loop
+
+
+def _stop_library_loop() -> None:
+    """Stop this library's event loop (DBOS was destroyed: the runs on it are gone with it);
+    the next `on_loop` starts a new one."""
+    global _loop
+    with _loop_lock:
+        loop, _loop = _loop, None
+    if loop is not None and not loop.is_closed():
+        loop.call_soon_threadsafe(loop.stop)
+
+
+def on_loop(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run `coroutine` on this library's event loop and wait for it (from synchronous code)."""
+    return asyncio.run_coroutine_threadsafe(coroutine, _library_loop()).result()
 
 
 def _launch_outside_event_loop() -> None:
@@ -585,7 +799,6 @@ def shutdown() -> None:
         ownership, _ownership = _ownership, None
         if ownership is not None:
             ownership.stopping()
-        stop_watchers()
         stop_sweeper()  # it reads through this DBOS
         if _owned and _engine.instance() is not None:
             DBOS.destroy(workflow_completion_timeout_sec=0)
@@ -596,6 +809,6 @@ def shutdown() -> None:
                 ownership.stop()
         _owned = False
         _launched_url = None
-        _engine.use_recovery_queue(None)
+        _stop_library_loop()  # its default executor was the destroyed DBOS's
         with _taken_lock:
             _taken.clear()

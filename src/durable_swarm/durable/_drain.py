@@ -1,7 +1,8 @@
 """Draining: a stopping process lets the steps it runs finish, and begins no new one.
 
 Every model call, tool call and tool listing of a durable run is a DBOS step whose body runs
-here. `step(run_id, name)` wraps one such step from the workflow's side: the body calls
+here. Before a body begins it passes the ownership gate (`use_gate`: `_dbos.admit`), then this
+one. `step(run_id, name)` wraps one such step from the workflow's side: the body calls
 `Admission.enter()` (or `aenter()`) as it begins, and the step counts as *in flight* from then
 until DBOS has recorded its outcome and the `with` block ends. Once `close()` was called (the
 worker got SIGTERM), a body that has not begun yet never begins: `enter` parks it for good, so
@@ -19,7 +20,7 @@ import contextlib
 import itertools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 __all__ = [
     "Admission",
@@ -29,6 +30,7 @@ __all__ = [
     "parked",
     "reopen",
     "step",
+    "use_gate",
     "wait_idle",
 ]
 
@@ -41,19 +43,51 @@ _parked = threading.Event()  # never set: what a body that may not begin waits o
 _parked_count = 0
 
 
+# The ownership gate a body passes first (`use_gate`): `(fast, slow)`, each taking the run id;
+# `fast` answers at once (True: go) or None (ask `slow`, which may block until it can answer,
+# and returns True to go, False to never begin; it raises to end the execution).
+_gate: tuple[Callable[[str], bool | None], Callable[[str], bool]] | None = None
+
+
+def use_gate(fast: Callable[[str], bool | None], slow: Callable[[str], bool]) -> None:
+    """Make every step body pass `fast`, then if need be `slow`, before it begins (the ownership
+    gate of `_dbos.admit`: a process paused or cut off begins no step until it knows its runs
+    are still its own)."""
+    global _gate
+    _gate = (fast, slow)
+
+
 class Admission:
     """One step's passage through the gate (see the module docs)."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, run_id: str | None = None) -> None:
         self.what = what
+        self.run_id = run_id
         self.number: int | None = None
 
-    def _admit(self) -> bool:
+    def _owned(self) -> bool:
+        """The ownership gate, blocking (see `use_gate`)."""
+        if _gate is None or self.run_id is None or self.number is not None:
+            return True
+        fast, slow = _gate
+        verdict = fast(self.run_id)
+        return verdict if verdict is not None else slow(self.run_id)
+
+    async def _aowned(self) -> bool:
+        if _gate is None or self.run_id is None or self.number is not None:
+            return True
+        fast, slow = _gate
+        verdict = fast(self.run_id)
+        if verdict is not None:
+            return verdict
+        return await asyncio.to_thread(slow, self.run_id)
+
+    def _admit(self, owned: bool = True) -> bool:
         global _parked_count
         with _lock:
             if self.number is not None:
                 return True  # a retry of a body already in flight
-            if _closed:
+            if _closed or not owned:  # stopping (or the ownership gate said never here)
                 _parked_count += 1
                 return False
             self.number = next(_numbers)
@@ -62,13 +96,14 @@ class Admission:
 
     def enter(self) -> None:
         """Begin the step's body (sync code); parks the calling thread for good if the process
-        is stopping and the body had not begun yet."""
-        if not self._admit():
+        is stopping and the body had not begun yet, and waits while the ownership gate says
+        so (see `use_gate`)."""
+        if not self._admit(self._owned()):
             _parked.wait()
 
     async def aenter(self) -> None:
         """`enter` for an async body: parks the task for good instead of a thread."""
-        if not self._admit():
+        if not self._admit(await self._aowned()):
             await asyncio.Event().wait()
 
     def leave(self) -> None:
@@ -84,7 +119,7 @@ class Admission:
 def step(run_id: str, name: str) -> Iterator[Admission]:
     """Around one DBOS step of run `run_id`: its body calls `enter`/`aenter` (see the module
     docs); the step counts as in flight from then until the block ends."""
-    admission = Admission(f"run {run_id}, step {name!r}")
+    admission = Admission(f"run {run_id}, step {name!r}", run_id)
     try:
         yield admission
     finally:

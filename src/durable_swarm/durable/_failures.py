@@ -69,7 +69,7 @@ def model_failure(
         return ModelCallError(**fields, cause=_cause(last), requests=len(error.errors) or 1)
     if isinstance(error, openai.APIError):
         return ModelCallError(**fields, cause=_cause(error), requests=1)
-    if isinstance(error, RunError) and error.error_type.startswith(("openai.", "dbos._error.")):
+    if isinstance(error, RunError) and error.error_type.startswith(("openai.", "dbos.")):
         return ModelCallError(**fields, cause=str(error), requests=1)
     return error
 

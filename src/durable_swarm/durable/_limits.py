@@ -16,8 +16,9 @@ several machines agree), this machine's on SQLite. Admission happens inside the 
 DBOS step, before its request: the decision reads a clock, so it is never made by the
 deterministic workflow, and nothing about the wait is recorded (the step records only its
 answer). A call refused waits for the moment the tables say it may go (or, for a limit on calls
-at once, `CONCURRENT_POLL` seconds), without holding its worker's slot
-(`_dbos.slot_given_back`), then tries again. A process that dies while its call waits or runs
+at once, `CONCURRENT_POLL` seconds), then tries again; one whose turn is further away than
+`PARK_SECONDS` parks its run instead (`durable._waits`: it holds no worker slot, and is
+resumed once its turn may have come). A process that dies while its call waits or runs
 leaves a row behind: the step's re-execution (same run and step) ends it, and rows nobody
 refreshed for `STALE_SECONDS` stop counting.
 """
@@ -58,6 +59,8 @@ LIMITS_TABLE = "durable_swarm_model_limits"
 CALLS_TABLE = "durable_swarm_model_calls"
 CONCURRENT_POLL = 0.25  # seconds between looks of a call waiting for one of its key's calls to end
 MAX_LOOK = 5.0  # a waiting call looks at least this often (its cancellation, its row's freshness)
+# A call whose turn is further away than this parks its run instead of waiting in its worker.
+PARK_SECONDS = 2.0
 FRESH_SECONDS = 2 * MAX_LOOK + 5  # a waiting row older than this: its process stopped waiting
 STALE_SECONDS = 600.0  # a row nobody refreshed for this long stops counting (its process died)
 MAX_PAUSES = 100  # 429s one model call may wait out before it fails
@@ -266,6 +269,19 @@ class Limiter:
                 {"now": _now(conn), "tokens": tokens, "lease": lease_id},
             )
 
+    def hold(self, lease_id: str, seconds: float) -> None:
+        """The waiting call of `lease_id` parks its run for `seconds`: its row counts as a
+        waiting call until then (and `FRESH_SECONDS` more), and the step's next execution
+        replaces it."""
+        with self._engine().begin() as conn:
+            conn.execute(
+                sa.text(
+                    f"UPDATE {CALLS_TABLE} SET seen_at = :until WHERE lease_id = :lease AND "
+                    f"{_WAITING}"
+                ),
+                {"until": _now(conn) + seconds, "lease": lease_id},
+            )
+
     def forget(self, lease_id: str) -> None:
         """Delete the row of a call that stopped waiting without being admitted (cancelled)."""
         with self._engine().begin() as conn:
@@ -363,10 +379,12 @@ class Limiter:
 
     # --- a model call's turn ---------------------------------------------------------------
 
-    async def admit(self, call: LimitedCall) -> str:
-        """Wait until `call` may go; returns its lease id (end it with `end`). While it waits
-        the run holds no worker slot; a run cancelled meanwhile stops waiting
-        (`DBOSWorkflowCancelledError`)."""
+    async def admit(self, call: LimitedCall, park: Parker | None = None) -> str:
+        """Wait until `call` may go; returns its lease id (end it with `end`). A run cancelled
+        meanwhile stops waiting (`DBOSWorkflowCancelledError`). With `park`, a call that must
+        wait longer than `PARK_SECONDS` does not wait here: `park(seconds, waiting)` parks its
+        run (it holds no worker slot meanwhile, and is resumed when its turn may have come;
+        `waiting` is what `waiting_of` says), and raises."""
         lease_id = uuid.uuid4().hex
         checked = time.monotonic()
         admitted = False
@@ -376,6 +394,12 @@ class Limiter:
                 if wait is None:
                     admitted = True
                     return lease_id
+                if park is not None and wait > PARK_SECONDS:
+                    waiting = await asyncio.to_thread(self.waiting_of, call.run_id)
+                    # the row stays: the call still waits (counted), until its step runs again
+                    await asyncio.to_thread(self.hold, lease_id, wait)
+                    admitted = True
+                    await park(wait, _json_safe(waiting or {"key": call.key}))
                 if time.monotonic() - checked >= MAX_LOOK:
                     checked = time.monotonic()
                     if await asyncio.to_thread(_dbos.run_status, call.run_id) == "CANCELLED":
@@ -383,8 +407,7 @@ class Limiter:
                 # A little later than the moment computed, spread out: waiters do not all look
                 # in the same millisecond.
                 nap = min(wait, MAX_LOOK) + random.uniform(0.002, 0.02 + wait * 0.05)
-                async with _dbos.slot_given_back(call.run_id):
-                    await asyncio.sleep(nap)
+                await asyncio.sleep(nap)
         finally:
             if not admitted:
                 with contextlib.suppress(Exception):
@@ -423,12 +446,22 @@ def rate_limited_seconds(error: BaseException, pauses: int) -> float | None:
     return seconds
 
 
+# `park(seconds, waiting)`: park the run for its call's turn (see `Limiter.admit`); it raises.
+Parker = Callable[[float, dict[str, Any]], Awaitable[None]]
+
+
+def _json_safe(waiting: dict[str, Any]) -> dict[str, Any]:
+    """`waiting_of`'s answer as JSON data (its times as ISO texts)."""
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in waiting.items()}
+
+
 async def call_limited(
     limiter: Limiter,
     call: LimitedCall,
     enter: Callable[[], Awaitable[None]],
     leave: Callable[[], None],
     attempt: Callable[[], Awaitable[dict[str, Any]]],
+    park: Parker | None = None,
 ) -> dict[str, Any]:
     """The body of a limited model step: wait for the call's turn, then `attempt()` it between
     `enter()` and `leave()` (the drain gate: a stopping process begins no new request). A 429
@@ -436,7 +469,7 @@ async def call_limited(
     turn again, within the same step attempt: it uses none of the step's retries."""
     pauses = 0
     while True:
-        lease = await limiter.admit(call)
+        lease = await limiter.admit(call, park)
         await enter()
         try:
             output = await attempt()

@@ -3,16 +3,17 @@
 DBOS's `list_workflows` filters by its own columns only; a run's agent, what it waits for and the
 text of its messages live in JSON payloads (this library's serializer writes every payload as
 `{"schema_version": N, "value": ...}`). This module filters, counts and pages runs in one SQL
-query on DBOS's tables (through the SQLAlchemy engine and table definitions of DBOS's system
-database object, on SQLite and PostgreSQL alike), so a page of the runs list costs the same with
-a hundred runs or a hundred thousand. The rows of a page are then read through DBOS's public
-`list_workflows`, as everything else reads them.
+query on DBOS's tables (through DBOS's own SQLAlchemy engine and table definitions, which
+`_engine.system_tables` hands out, on SQLite and PostgreSQL alike), so a page of the runs list
+costs the same with a hundred runs or a hundred thousand. The rows of a page are then read
+through DBOS's public `list_workflows`, as everything else reads them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -22,14 +23,24 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from ..errors import DurableSwarmError, EncryptionKeyError
 from ..usage import Tally
+from ._engine import SystemTables
 from ._log import MESSAGE_STEPS, WAITING_EVENT, WORKFLOW_NAME, JsonSerializer
-from ._runs import DBOS_STATUSES, RunInfo, encrypted_text, run_status, time_of
+from ._runs import DBOS_STATUSES, RunInfo, encrypted_text, problem_of, run_status, time_of
 from ._sealing import SealedValue, is_sealed, keyring, sealed_key_id
+from ._tables import missing_table
+from ._waits import PARKED_STATES, WAITS_TABLE, Wait, parked_in
 
 __all__ = ["PendingApproval", "RunFilter", "RunMark", "RunQuery"]
 
-# The step whose stored output holds a person's answer.
-_ANSWER_STEP = "DBOS.recv"
+# The steps whose stored output holds a person's answer (`answer:<kind>`; `DBOS.recv` in logs of
+# earlier releases).
+_ANSWER_STEPS = ("answer:%", "DBOS.recv")
+# The library's table of parked waits (see `durable._waits`), read beside DBOS's.
+_WAITS = sa.table(WAITS_TABLE, sa.column("run_id"), sa.column("state"), sa.column("kind"))
+_PERSON = ("input", "approval")
+KINDS_ALL = ("input", "approval", "join", "missing", "limit")
+# How long a listing reads no waits table after finding none (it appears with the first park).
+_NO_WAITS_SECONDS = 10.0
 _SET_EVENT_STEP = "DBOS.setEvent"
 
 
@@ -125,6 +136,14 @@ class RunFilter:
         )
 
 
+@dataclass(frozen=True)
+class _Parked:
+    """The kind of a run's parked wait, as a status count reads it (see `run_status`)."""
+
+    kind: str
+    detail: dict[str, Any] | None = None
+
+
 def _like_pattern(text: str, *, in_json: bool = True) -> str:
     """A LIKE pattern finding `text` in a string, or inside stored JSON (`in_json`: where it
     appears JSON-escaped)."""
@@ -147,14 +166,63 @@ def _missing_key(sealed: str | None) -> str | None:
 class RunQuery:
     """SQL over the run database's DBOS tables (see the module docstring).
 
-    `sys_db` is DBOS's system database object of a launched DBOS or of a `DBOSClient`.
+    `tables` are DBOS's system tables of a launched DBOS or of a `DBOSClient`
+    (`_engine.system_tables`).
     """
 
-    def __init__(self, sys_db: Any) -> None:
-        self._engine = sys_db.engine
-        self._tables = sys_db.tables
-        self._postgres = self._engine.dialect.name == "postgresql"
+    def __init__(self, tables: SystemTables) -> None:
+        self._engine = tables.engine
+        self._tables = tables.tables
+        self._postgres = tables.postgres
         self._serializer = JsonSerializer()
+        self._no_waits_until = 0.0  # no waits table (no run parked here yet) until then
+
+    def _rows(self, query: Callable[[], Any]) -> list[Any]:
+        """`query()` built and run; built again without the waits table if it does not exist
+        yet (a database no run ever parked on, read by a client that creates nothing)."""
+        try:
+            with self._engine.connect() as conn:
+                return list(conn.execute(query()).all())
+        except sa.exc.DBAPIError as e:
+            if not (self._waits_table and missing_table(e)):
+                raise
+        self._no_waits_until = time.monotonic() + _NO_WAITS_SECONDS
+        with self._engine.connect() as conn:
+            return list(conn.execute(query()).all())
+
+    @property
+    def _waits_table(self) -> bool:
+        """Whether to read the waits table (it was missing a moment ago: not for a while)."""
+        return time.monotonic() >= self._no_waits_until
+
+    def _parked(self, ws: Any, kinds: Sequence[str]) -> Any:
+        """Whether the run of `ws`'s row is parked at a wait of one of `kinds` (it is then
+        CANCELLED in DBOS, yet waits)."""
+        if not self._waits_table:
+            return sa.false()
+        return (
+            sa.select(sa.literal(1))
+            .select_from(_WAITS)
+            .where(
+                _WAITS.c.run_id == ws.c.workflow_uuid,
+                _WAITS.c.state.in_(PARKED_STATES),
+                _WAITS.c.kind.in_(list(kinds)),
+            )
+            .exists()
+        )
+
+    def _parked_waits(self, run_ids: Sequence[str]) -> dict[str, Wait]:
+        """The parked waits of those of `run_ids` that have one (see `durable._waits`)."""
+        if not run_ids or not self._waits_table:
+            return {}
+        try:
+            with self._engine.connect() as conn:
+                return parked_in(conn, run_ids)
+        except sa.exc.DBAPIError as e:
+            if not missing_table(e):
+                raise
+            self._no_waits_until = time.monotonic() + _NO_WAITS_SECONDS
+            return {}
 
     def _json_text(self, column: Any, *path: str | int) -> Any:
         """The text at `path` inside the JSON document `column` (NULL when absent)."""
@@ -189,11 +257,19 @@ class RunQuery:
         where: list[Any] = [ours]
         if runs.status:
             kind = self._json_text(ev.c.value, "value", "kind")
-            waits = ws.c.status.in_(DBOS_STATUSES["pending"])
+            live = ws.c.status.in_(DBOS_STATUSES["pending"])
+            # a parked run is CANCELLED in DBOS, yet waits (see `durable._waits`)
+            cancelled = ws.c.status == "CANCELLED"
+            parked_person = sa.and_(cancelled, self._parked(ws, _PERSON))
+            waits = sa.or_(live, parked_person)
             by_status = {
-                "pending": sa.and_(waits, kind.is_(None)),
+                "pending": sa.or_(
+                    sa.and_(live, kind.is_(None)),
+                    sa.and_(cancelled, self._parked(ws, ("join", "missing", "limit"))),
+                ),
                 "waiting_for_input": sa.and_(waits, self._waits_for(ev, "input")),
                 "waiting_for_approval": sa.and_(waits, self._waits_for(ev, "approval")),
+                "cancelled": sa.and_(cancelled, sa.not_(self._parked(ws, KINDS_ALL))),
             }
             where.append(
                 sa.or_(*(by_status.get(s, ws.c.status.in_(DBOS_STATUSES[s])) for s in runs.status))
@@ -251,10 +327,7 @@ class RunQuery:
             sa.select(sa.literal(1))
             .where(
                 op.c.workflow_uuid == ws.c.workflow_uuid,
-                sa.or_(
-                    *(op.c.function_name.like(p) for p in MESSAGE_STEPS),
-                    op.c.function_name == _ANSWER_STEP,
-                ),
+                sa.or_(*(op.c.function_name.like(p) for p in (*MESSAGE_STEPS, *_ANSWER_STEPS))),
                 op.c.output.ilike(raw, escape="\\"),
                 step_text.ilike(plain, escape="\\"),
             )
@@ -270,8 +343,7 @@ class RunQuery:
         )
         return sa.case((ws.c.name == WORKFLOW_NAME, sa.or_(in_input, in_output, in_steps)))
 
-    def run_ids(self, runs: RunFilter, limit: int | None = 50, offset: int = 0) -> list[str]:
-        """The ids of the runs `runs` finds, newest first, one page of them."""
+    def _page(self, runs: RunFilter, limit: int | None, offset: int) -> Any:
         ws = self._tables.workflow_status
         query = self._filtered([ws.c.workflow_uuid], runs).order_by(
             ws.c.created_at.desc(), ws.c.workflow_uuid.desc()
@@ -280,13 +352,20 @@ class RunQuery:
             query = query.limit(limit)
         if offset:
             query = query.offset(offset)
-        with self._engine.connect() as conn:
-            return [row[0] for row in conn.execute(query)]
+        return query
+
+    def run_ids(self, runs: RunFilter, limit: int | None = 50, offset: int = 0) -> list[str]:
+        """The ids of the runs `runs` finds, newest first, one page of them."""
+        return [row[0] for row in self._rows(lambda: self._page(runs, limit, offset))]
 
     def count(self, runs: RunFilter) -> int:
         """How many runs `runs` finds."""
-        with self._engine.connect() as conn:
-            return int(conn.execute(self._filtered([sa.func.count()], runs)).scalar_one())
+        rows = self._rows(lambda: self._filtered([sa.func.count()], runs))
+        return int(rows[0][0])
+
+    def parked(self, run_ids: list[str]) -> dict[str, Wait]:
+        """The parked waits of those of `run_ids` that have one, by run id."""
+        return self._parked_waits(run_ids)
 
     def waiting(self, run_ids: list[str]) -> dict[str, dict[str, Any]]:
         """What each of these runs waits for, by run id (runs waiting for nothing left out)."""
@@ -300,30 +379,6 @@ class RunQuery:
             rows = conn.execute(query).all()
         found = {run_id: self._serializer.deserialize(value) for run_id, value in rows}
         return {run_id: value for run_id, value in found.items() if value}
-
-    def answered(self, run_id: str, message_id: str) -> bool:
-        """Whether `run_id` was already sent the message with idempotency key `message_id`
-        (read or not yet)."""
-        return self._sent(run_id, message_id) is not None
-
-    def sent_message(self, run_id: str, message_id: str) -> Any:
-        """The message sent to `run_id` with idempotency key `message_id` (read or not yet),
-        as it was stored; None if there is none."""
-        row = self._sent(run_id, message_id)
-        return self._serializer.deserialize(row[1]) if row is not None and row[1] else None
-
-    def _sent(self, run_id: str, message_id: str) -> Any:
-        # DBOS stores the key as the message's id, or the key and `::` and the run id.
-        n = self._tables.notifications
-        query = sa.select(n.c.message_uuid, n.c.message).where(
-            n.c.destination_uuid == run_id,
-            sa.or_(
-                n.c.message_uuid == message_id,
-                n.c.message_uuid.startswith(f"{message_id}::", autoescape=True),
-            ),
-        )
-        with self._engine.connect() as conn:
-            return conn.execute(query).first()
 
     def model_usage(self, run_ids: list[str]) -> dict[str, dict[str, int]]:
         """Each run's model calls and tokens so far: `{"model_calls": n, "tokens": n}`."""
@@ -349,22 +404,37 @@ class RunQuery:
         t = self._tables
         ws, ev = t.workflow_status, t.workflow_events
         kind = self._json_text(ev.c.value, "value", "kind")
-        query = (
-            sa.select(ws.c.status, kind, sa.func.count())
-            .select_from(
-                ws.outerjoin(
-                    ev,
-                    sa.and_(ev.c.workflow_uuid == ws.c.workflow_uuid, ev.c.key == WAITING_EVENT),
+
+        def query() -> Any:
+            parked: Any = sa.null()
+            if self._waits_table:
+                parked = (
+                    sa.select(sa.func.max(_WAITS.c.kind))
+                    .where(_WAITS.c.run_id == ws.c.workflow_uuid, _WAITS.c.state.in_(PARKED_STATES))
+                    .scalar_subquery()
                 )
+            each = (
+                sa.select(ws.c.status.label("s"), kind.label("k"), parked.label("p"))
+                .select_from(
+                    ws.outerjoin(
+                        ev,
+                        sa.and_(
+                            ev.c.workflow_uuid == ws.c.workflow_uuid, ev.c.key == WAITING_EVENT
+                        ),
+                    )
+                )
+                .where(ws.c.name == WORKFLOW_NAME)
+                .subquery()
             )
-            .where(ws.c.name == WORKFLOW_NAME)
-            .group_by(ws.c.status, kind)
-        )
+            return sa.select(each.c.s, each.c.k, each.c.p, sa.func.count()).group_by(
+                each.c.s, each.c.k, each.c.p
+            )
+
         counts = dict.fromkeys(DBOS_STATUSES, 0)
-        with self._engine.connect() as conn:
-            for dbos_status, waits_for, n in conn.execute(query):
-                waiting = {"kind": waits_for} if waits_for else None
-                counts[run_status(dbos_status, waiting)] += int(n)
+        for dbos_status, waits_for, parked_kind, n in self._rows(query):
+            waiting = {"kind": waits_for} if waits_for else None
+            parked = _Parked(parked_kind) if parked_kind else None
+            counts[run_status(dbos_status, waiting, parked)] += int(n)
         return counts
 
     def step_totals(self) -> list[tuple[str, int, int, float]]:
@@ -428,25 +498,28 @@ class RunQuery:
             .where(op.c.workflow_uuid == ws.c.workflow_uuid, op.c.function_name == _SET_EVENT_STEP)
             .scalar_subquery()
         )
-        query = (
-            sa.select(ws.c.workflow_uuid, ev.c.value, sa.func.coalesce(since, ws.c.updated_at))
-            .select_from(
-                ws.join(
-                    ev,
-                    sa.and_(ev.c.workflow_uuid == ws.c.workflow_uuid, ev.c.key == WAITING_EVENT),
-                )
-            )
-            .where(
-                ws.c.name == WORKFLOW_NAME,
+
+        def query() -> Any:
+            live = sa.or_(
                 ws.c.status.in_(DBOS_STATUSES["pending"]),
-                self._waits_for(ev, "approval"),
+                sa.and_(ws.c.status == "CANCELLED", self._parked(ws, ("approval",))),
             )
-            .order_by(ws.c.created_at, ws.c.workflow_uuid)
-        )
-        if limit is not None:
-            query = query.limit(limit)
-        with self._engine.connect() as conn:
-            rows = conn.execute(query).all()
+            found = (
+                sa.select(ws.c.workflow_uuid, ev.c.value, sa.func.coalesce(since, ws.c.updated_at))
+                .select_from(
+                    ws.join(
+                        ev,
+                        sa.and_(
+                            ev.c.workflow_uuid == ws.c.workflow_uuid, ev.c.key == WAITING_EVENT
+                        ),
+                    )
+                )
+                .where(ws.c.name == WORKFLOW_NAME, live, self._waits_for(ev, "approval"))
+                .order_by(ws.c.created_at, ws.c.workflow_uuid)
+            )
+            return found if limit is None else found.limit(limit)
+
+        rows = self._rows(query)
         found = []
         for run_id, value, since_ms in rows:
             waiting = self._serializer.deserialize(value) or {}
@@ -534,6 +607,7 @@ class RunQuery:
         )
         with self._engine.connect() as conn:
             rows = conn.execute(query).all()
+        parked = self._parked_waits([row[0] for row in rows if row[1] == "CANCELLED"])
         found = {}
         for (
             run_id,
@@ -549,7 +623,8 @@ class RunQuery:
             waits,
             sealed,
         ) in rows:
-            waiting = self._deserialized(waits) if status in DBOS_STATUSES["pending"] else None
+            waits_now = status in DBOS_STATUSES["pending"] or run_id in parked
+            waiting = self._deserialized(waits) if waits_now else None
             locked = waiting.key_id if isinstance(waiting, SealedValue) else _missing_key(sealed)
             tally = None
             if usage:
@@ -559,7 +634,8 @@ class RunQuery:
                     tally = None
             found[run_id] = RunInfo(
                 run_id=run_id,
-                status=run_status(status, waiting or None),
+                status=run_status(status, waiting or None, parked.get(run_id)),
+                problem=problem_of(parked.get(run_id)),
                 agent=ended_on or started_on,
                 waiting_for=waiting or None,
                 error=self._error_text(error),

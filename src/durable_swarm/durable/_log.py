@@ -40,12 +40,16 @@ The shapes, by where they are stored:
   `tool_call`, `tool_result`), `agent`, `tripped`, `reason`; a tool guardrail's `tool`,
   `tool_call_id` and, when it tripped, the rejection `message` the model reads; a guardrail
   agent's `usage` (a new kind of step, not a new shape: no version change);
-- a wait for a person: DBOS's patch marker `WATCHED_WAITS` (runs logged before it replay a plain
-  `DBOS.recv`), the `WAITING_EVENT` event, then a `watch:<kind>` step (no output; it ends when an
-  answer is in the database) before each `DBOS.recv` that takes the answer;
+- a wait for a person: DBOS's patch marker `WATCHED_WAITS`, the `WAITING_EVENT` event, DBOS's
+  patch marker `PARKED_WAITS`, then an `answer:<kind>` step whose output is the answer (the run
+  parks until there is one: `durable._waits`). Logs of earlier releases hold a plain
+  `DBOS.recv` (before `WATCHED_WAITS`), or a `watch:<kind>` step and a `DBOS.recv` where
+  `PARKED_WAITS` is now;
+- the join of a sub-agent run: DBOS's patch marker `PARKED_JOINS`, then a `join:<child run id>`
+  step whose output is the sub-agent's result (earlier releases: `DBOS.getResult`);
 - the `WAITING_EVENT` event: what the run waits for (`wait_id`, `kind`, `agent`, `prompt`,
-  `tool_call`, `digest`), None while it does not wait; the answers it receives (`DBOS.recv`
-  steps): `{"text", "by", "at"}` or a decision;
+  `tool_call`, `digest`), None while it does not wait; the answers it receives (`answer:<kind>`
+  steps, `DBOS.recv` in earlier logs): `{"text", "by", "at"}` or a decision;
 - the result: `messages` (new ones only), `agent`, `context_variables`, `usage`
   (`restore_contents` puts long tool results back), a sub-agent's `tool_call_id` (the
   parent's call it answers, also in its input: `read_run` puts its answer there), and `output`
@@ -80,6 +84,8 @@ __all__ = [
     "INLINE_CHARS",
     "IN_STEP",
     "MESSAGE_STEPS",
+    "PARKED_JOINS",
+    "PARKED_WAITS",
     "REPLAY_VERSION",
     "SCHEMA_VERSION",
     "SEALED_SCHEMA_VERSION",
@@ -120,8 +126,14 @@ BUDGET_TOPIC = "budget"  # messages raising a run's budget (see `DurableRuntime.
 # `{"role": "tool", ..., "content": None, IN_STEP: step}` (see `restore_contents`).
 IN_STEP = "content_in_step"
 INLINE_CHARS = 1000
-# The DBOS patch a run's log holds before each wait watched by `durable._waits`.
+# The DBOS patch a run's log holds before each wait watched by a process's watcher (releases
+# before parked waits; a run of those releases replays its `watch:<kind>` and `DBOS.recv` steps).
 WATCHED_WAITS = "durable-swarm-watched-waits"
+# The DBOS patches a run's log holds at each wait that parks (see `durable._waits`): a wait for a
+# person (after its `waiting_for` event, before its `answer:<kind>` step) and the join of a
+# sub-agent run (before its `join:<child>` step, which logs before them read `DBOS.getResult`).
+PARKED_WAITS = "durable-swarm-parked-waits"
+PARKED_JOINS = "durable-swarm-parked-joins"
 # Steps whose stored output holds a message (`message`): model and tool calls (SQL LIKE patterns).
 MESSAGE_STEPS = ("model:%", "tool:%")
 
@@ -137,12 +149,17 @@ _DBOS_KINDS = {
 }
 
 
+# Steps of this library named after what they record: a person's answer taken at a parked wait
+# (`answer:input`, `answer:approval`) is a wait, as DBOS's `DBOS.recv` was.
+_NAMED_KINDS = {"answer": "wait"}
+
+
 def step_kind(function_name: str) -> tuple[str, str]:
     """A step's kind and short name from the name DBOS records for it: `tool:lookup` is
     `("tool", "lookup")`; DBOS's own operations get their meaning (`DBOS.recv` is `"wait"`)."""
     if ":" in function_name:
         kind, _, short = function_name.partition(":")
-        return kind, short
+        return _NAMED_KINDS.get(kind, kind), short
     return _DBOS_KINDS.get(function_name, "dbos"), function_name
 
 

@@ -43,7 +43,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 
@@ -59,6 +59,7 @@ __all__ = [
     "Ownership",
     "ProcessRegistry",
     "ProcessRow",
+    "RunKeeper",
     "new_executor_id",
     "on_taken_policy",
     "timing",
@@ -259,15 +260,14 @@ class ProcessRegistry:
         self.dead_after_ms = int(dead_after * 1000)
         self.incarnation = uuid.uuid4().hex
         self._written: int | None = None  # the heartbeat this process last wrote (ms)
+        self._written_at: float | None = None  # when it read it back (time.monotonic())
         self.jumped = 0.0
         self._engine = create_engine(database_url, pool_size=2)
         self._held = threading.local()  # a thread's connection inside `one_connection`
         if self._engine.dialect.name == "postgresql":
             self._now = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
-            self._runs_table = "dbos.workflow_status"
         else:
             self._now = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
-            self._runs_table = "workflow_status"
 
     def close(self) -> None:
         """Release the database connections."""
@@ -454,6 +454,7 @@ class ProcessRegistry:
     def _remember_heartbeat(self) -> None:
         found = self._rows("executor_id = :me", me=self.executor_id)
         self._written = found[0].heartbeat_at if found else None
+        self._written_at = time.monotonic()
 
     def beat(self) -> float | None:
         """Refresh this process's heartbeat; returns the seconds between the heartbeat it
@@ -469,7 +470,7 @@ class ProcessRegistry:
             ).first()
         if row is None:
             return None
-        before, self._written = self._written, int(row[0])
+        before, self._written, self._written_at = self._written, int(row[0]), time.monotonic()
         return 0.0 if before is None else (self._written - before) / 1000
 
     def dead(
@@ -544,6 +545,23 @@ class ProcessRegistry:
             ).rowcount  # fmt: skip
             return done == 1
 
+    def adopt(self, executor_id: str) -> ProcessRow | None:
+        """Claim an executor id that has no row (its runs were left by a process that never
+        registered, or whose row went): a row is made for it, claimed by this process, which
+        alone then recovers its runs (a process registering under that id meanwhile waits for
+        the claim to end). None if it has a row now."""
+        fields = {"id": executor_id, "me": self.executor_id, "inc": uuid.uuid4().hex}
+        made = self._execute(
+            f"INSERT INTO {PROCESSES_TABLE} (executor_id, kind, queue, host, machine, pid, "
+            f"pid_start, incarnation, started_at, heartbeat_at, claimed_by) VALUES (:id, "
+            f"'orphan', NULL, '', '', 0, '', :inc, {self._now}, {self._now}, :me) "
+            "ON CONFLICT (executor_id) DO NOTHING",
+            **fields,
+        )
+        if made != 1:
+            return None
+        return ProcessRow(executor_id, fields["inc"], 0, self.executor_id, 0, "", 0, "", "")
+
     def release(self, row: ProcessRow) -> None:
         """Delete a claimed row once its runs are back on their queues."""
         self._execute(
@@ -564,58 +582,55 @@ class ProcessRegistry:
             inc=self.incarnation,
         )
 
-    def pending_of(
-        self, executor_id: str, application_version: str, *, untouched_for: float = 0.0
-    ) -> list[tuple[str, str | None]]:
-        """`(run id, ownership token)` of the PENDING runs of `executor_id` (of
-        `application_version`) whose status row has not changed for `untouched_for` seconds
-        (by the database's clock; DBOS stamps a run's row when it starts or is taken from a
-        queue). The token is that of the execution that owns the run (see
-        `_dbos.hand_back`)."""
-        query = sa.text(
-            f"SELECT workflow_uuid, owner_xid FROM {self._runs_table} WHERE status = 'PENDING' "
-            "AND executor_id = :me AND application_version = :version "
-            f"AND COALESCE(updated_at, created_at) <= {self._now} - :quiet_ms"
-        )
+    def executors(self) -> set[str]:
+        """The executor ids that have a row (live, stopped or claimed)."""
         with self._begin() as conn:
-            params = {
-                "me": executor_id,
-                "version": application_version,
-                "quiet_ms": int(untouched_for * 1000),
-            }
-            return [(row[0], row[1]) for row in conn.execute(query, params)]
+            query = sa.text(f"SELECT executor_id FROM {PROCESSES_TABLE}")
+            return {row[0] for row in conn.execute(query)}
 
-    def orphans(self, application_version: str) -> list[str]:
-        """Executor ids that own PENDING runs (of `application_version`) but have no row: no
-        live process will ever finish those runs. Needs the DBOS tables (DBOS launched)."""
-        query = sa.text(
-            f"SELECT DISTINCT executor_id FROM {self._runs_table} WHERE status = 'PENDING' "
-            f"AND application_version = :version AND executor_id NOT IN "
-            f"(SELECT executor_id FROM {PROCESSES_TABLE})"
-        )
-        with self._begin() as conn:
-            return [row[0] for row in conn.execute(query, {"version": application_version})]
+    def now_ms(self) -> int | None:
+        """The database's clock now, as this process's last heartbeat read it plus the time
+        since by this process's clock (None before the first heartbeat)."""
+        if self._written is None or self._written_at is None:
+            return None
+        return self._written + int((time.monotonic() - self._written_at) * 1000)
 
 
-# How many owned runs `Ownership._heal` lists per heartbeat, on average, when it owns many (runs
-# waiting for people), and how many heartbeats it may skip at most between two looks.
-HEAL_RUNS_PER_BEAT = 1000
-HEAL_MAX_SKIPS = 11
+class RunKeeper(Protocol):
+    """What the ownership thread needs of the runs (`_dbos` implements it over DBOS's public
+    API): recover a dead executor's runs, list the PENDING runs of an executor (or of every
+    executor), say which runs execute here, and put one that stopped back on its queue."""
+
+    def recover(self, executor_id: str) -> int: ...
+
+    def pending(self, executor_id: str | None) -> list[tuple[str, str, int]]:
+        """`(run id, executor id, updated at in ms by the database's clock)` of the PENDING
+        runs of this application version (of `executor_id`; None: of every executor)."""
+        ...
+
+    def busy(self) -> list[str]: ...
+
+    def put_back(self, run_id: str) -> bool: ...
+
+
+# How often a process sweeps the parked waits (`Ownership._sweep`), and how soon after its start.
+SWEEP_SECONDS = 10.0
+FIRST_SWEEP_SECONDS = 2.0
+
+# How often a process looks for runs of executors that have no row at all (`_take_over`).
+ORPHANS_SECONDS = 60.0
 
 
 class Ownership:
     """This process's identity among the processes of one database, kept alive by a thread.
 
     `register()` writes the row (before DBOS launches, so DBOS's own recovery at launch and a
-    claimer's never overlap); `start(recover)` starts the heartbeat thread once DBOS runs, with
-    `recover(executor_id) -> count` putting a dead executor's runs back on their queues, and
-    `running() -> run ids` / `hand_back(run_id, token) -> bool` to give back the runs this
-    process owns (only while the execution holding `token` still owns each)
-    but no longer runs (an execution that ended on a database error: read-only file, full disk,
-    locked database, lost connection); `stop()`
-    ends the thread and marks the process stopped. `confirmed()` says whether this process may
-    take queue work now (its last heartbeat is recent enough that nobody can have taken it for
-    dead); DBOS's queue thread is gated on it.
+    claimer's never overlap); `start(runs)` starts the heartbeat thread once DBOS runs, with
+    `runs` (a `RunKeeper`) recovering a dead executor's runs and putting back the runs this
+    process owns but no longer runs (an execution that ended on a database error: read-only
+    file, full disk, locked database, lost connection); `stop()` ends the thread and marks the
+    process stopped. `confirmed()` says whether this process's step bodies may begin now (its
+    last heartbeat is recent enough that nobody can have taken it for dead: `_dbos.admit`).
     """
 
     def __init__(
@@ -646,19 +661,24 @@ class Ownership:
         self._thread: threading.Thread | None = None
         self._confirmed_until = 0.0
         self._connected_since: float | None = None
-        self._recover: Callable[[str], int] | None = None
-        self._running: Callable[[], list[str]] = list
-        self._hand_back: Callable[[str, str | None], bool] = lambda run_id, token: False
-        self._stalled: set[tuple[str, str | None]] = set()
-        self._heal_skips = 0  # heartbeats left before `_heal` looks again (see there)
+        self._runs: RunKeeper | None = None
+        self._stalled: set[tuple[str, int]] = set()
+        self._orphans_at = 0.0  # when `_take_over` last looked for runs of executors unknown
         self._failing = False
         self._last_beat: float | None = None
         self._stopping = False
         self.lost = 0  # how many times this process found itself taken for dead
+        self.sweeps: list[Callable[[], Any]] = []  # see `_sweep`
+        self._swept_at = time.monotonic() - SWEEP_SECONDS + FIRST_SWEEP_SECONDS
 
     def confirmed(self) -> bool:
         """Whether this process's ownership is confirmed (see the class docs)."""
         return not self._stopping and time.monotonic() < self._confirmed_until
+
+    @property
+    def is_stopping(self) -> bool:
+        """Whether this process stops (`stopping`, `halt` or `stop` was called)."""
+        return self._stopping or self._stop.is_set()
 
     def stopping(self) -> None:
         """The process is stopping: it takes no more queue work and no dead process's runs,
@@ -714,14 +734,9 @@ class Ownership:
         self._confirm(since)
         self._last_beat = since
 
-    def start(
-        self,
-        recover: Callable[[str], int],
-        running: Callable[[], list[str]],
-        hand_back: Callable[[str, str | None], bool],
-    ) -> None:
+    def start(self, runs: RunKeeper) -> None:
         """Start heartbeats and the watch for dead processes (one sweep right away)."""
-        self._recover, self._running, self._hand_back = recover, running, hand_back
+        self._runs = runs
         self._launched = True
         self._thread = threading.Thread(
             target=self._watch, name="durable-swarm-heartbeat", daemon=True
@@ -741,6 +756,7 @@ class Ownership:
                         self._taken_for_dead()
                     self._take_over()
                     self._heal()
+                self._sweep()
             except ExecutorIdInUseError as e:
                 # Taken for dead, and another live process now holds this executor id (a
                 # restart of this one): two processes must never serve under one id.
@@ -802,7 +818,7 @@ class Ownership:
         self.register()
 
     def _take_over(self) -> None:
-        assert self._recover is not None
+        assert self._runs is not None
         if self._stopping:
             return  # a stopping process takes nobody's runs (it would not run them)
         connected = self._connected_since
@@ -818,16 +834,25 @@ class Ownership:
         for row in dead:
             if self._stop.is_set() or not self.registry.claim(row):
                 continue
-            count = self._recover(row.executor_id)
+            count = self._runs.recover(row.executor_id)
             self.registry.release(row)
             if count or row.heartbeat_at != 0:  # a clean stop with nothing left: quiet
                 self._say(f"process {row.executor_id!r} is gone ({row.why_dead()}); {_back(count)}")
-        if not settled:
+        now = time.monotonic()
+        if not settled or now - self._orphans_at < ORPHANS_SECONDS:
             return
-        for executor_id in self.registry.orphans(self._version):
-            if self._stop.is_set() or executor_id == self.executor_id:
+        self._orphans_at = now
+        # Runs left PENDING under an executor id that has no row at all: no live process will
+        # ever finish them. Each is claimed first (a row made for it, as for a dead process),
+        # so one process recovers it.
+        known = self.registry.executors()
+        orphans = {e for _, e, _ in self._runs.pending(None)} - known - {self.executor_id}
+        for executor_id in sorted(orphans):
+            adopted = self.registry.adopt(executor_id)
+            if self._stop.is_set() or adopted is None:
                 continue
-            count = self._recover(executor_id)
+            count = self._runs.recover(executor_id)
+            self.registry.release(adopted)
             if count:
                 self._say(
                     f"{count} unfinished {'run' if count == 1 else 'runs'} of executor "
@@ -836,40 +861,50 @@ class Ownership:
                 )
 
     def _heal(self) -> None:
-        """Give back the runs this process owns (PENDING under its executor id) but no longer
+        """Put back the runs this process owns (PENDING under its executor id) but no longer
         runs, seen so at two sweeps in a row (a run just taken from a queue is not running yet
         for a moment): their execution ended on a database error, and nothing else would ever
         take them up while this process lives."""
+        assert self._runs is not None
         if not self.confirmed():
             return
-        # A process with thousands of runs waiting for people owns them all, and listing them at
-        # every heartbeat cost 0.4% of a core at 10,000 (benchmarks/waiting.py, the heartbeat
-        # thread's CPU): with more than HEAL_RUNS_PER_BEAT owned, look only every
-        # `owned / HEAL_RUNS_PER_BEAT` heartbeats (at most HEAL_MAX_SKIPS + 1 apart), unless the
-        # last look found a run to confirm.
-        if self._heal_skips > 0:
-            self._heal_skips -= 1
-            return
         # A run taken from a queue (or started) a moment ago may wait a long while for its task
-        # to start when the process is busy (thousands of runs recovered at once): `running`
-        # counts such runs too, and only a run whose row is `dead_after` old counts here (a
-        # second execution beside the first, in this process, would run its next step twice).
-        # A run counts as stalled only if the same execution (its ownership token) owned it at
-        # both looks, and goes back only while that execution still owns it.
-        owned = set(
-            self.registry.pending_of(self.executor_id, self._version, untouched_for=self.dead_after)
-        )
-        running = set(self._running())
-        stalled = {(run_id, token) for run_id, token in owned if run_id not in running}
+        # to start when the process is busy: `busy` counts runs started here too, and only a
+        # run whose row is `dead_after` old counts here. A run counts as stalled only if its
+        # row did not change between the two looks.
+        now = self.registry.now_ms()
+        if now is None:
+            return
+        quiet = now - int(self.dead_after * 1000)
+        owned = {
+            (run_id, updated)
+            for run_id, _, updated in self._runs.pending(self.executor_id)
+            if updated <= quiet
+        }
+        running = set(self._runs.busy())
+        stalled = {(run_id, updated) for run_id, updated in owned if run_id not in running}
         again, self._stalled = stalled & self._stalled, stalled
-        self._heal_skips = 0 if stalled else min(HEAL_MAX_SKIPS, len(owned) // HEAL_RUNS_PER_BEAT)
-        count = sum(1 for run_id, token in sorted(again, key=str) if self._hand_back(run_id, token))
+        count = sum(1 for run_id, _ in sorted(again) if self._runs.put_back(run_id))
         self._stalled -= again
         if count:
             self._say(
                 f"{count} runs of {self.executor_id!r} had stopped on a database error; they are "
                 "back on their queues"
             )
+
+    def _sweep(self) -> None:
+        """Every `SWEEP_SECONDS`, while this process's ownership is confirmed, run each of
+        `sweeps` (the sweep of parked waits: `_parking.sweep`); a sweep that fails is said and
+        tried again next time, the heartbeat goes on."""
+        now = time.monotonic()
+        if not self.confirmed() or now - self._swept_at < SWEEP_SECONDS:
+            return
+        self._swept_at = now
+        for sweep in self.sweeps:
+            try:
+                sweep()
+            except Exception as e:
+                logger.warning("durable-swarm: a sweep of %r failed (%s)", self.executor_id, e)
 
     def halt(self) -> None:
         """End the heartbeat thread (no more takeovers; the row stays as it is) and take no

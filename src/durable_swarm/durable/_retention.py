@@ -27,6 +27,7 @@ from ..errors import DurableSwarmError
 from ._log import WORKFLOW_NAME
 from ._runs import DBOS_STATUSES, time_of
 from ._tables import forget_runs
+from ._waits import WaitBook
 
 __all__ = [
     "RETENTION_ENV",
@@ -236,13 +237,16 @@ class ExpiredRun:
 @dataclass
 class RetentionReport:
     """What a sweep deleted (or, with `dry_run`, would delete): the expired top-level runs
-    (`runs`), with their sub-agent runs; and the runs past their age kept because a sub-agent
-    of theirs is still in flight, or they were resumed while the sweep looked (`kept`)."""
+    (`runs`), with their sub-agent runs; the runs past their age kept because a sub-agent
+    of theirs is still in flight, or they were resumed while the sweep looked (`kept`); and
+    the runs DBOS shows cancelled that only wait, parked (`waiting`: not finished, never
+    deleted, not reported)."""
 
     dry_run: bool
     now: datetime
     runs: list[ExpiredRun] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -268,6 +272,7 @@ class RetentionReport:
         """Add `other`'s runs (the next batch of the same sweep)."""
         self.runs += other.runs
         self.kept += [k for k in other.kept if k not in self.kept]
+        self.waiting += [w for w in other.waiting if w not in self.waiting]
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict: counts, spans, and every run."""
@@ -325,25 +330,32 @@ def purge(source: Any, database_url: str, run_ids: list[str]) -> list[str]:
 
 
 def _expired(
-    source: Any, policy: Retention, now: datetime, limit: int | None, skip: Iterable[str]
+    source: Any,
+    policy: Retention,
+    now: datetime,
+    limit: int | None,
+    skip: Iterable[str],
+    waiting: set[str],
 ) -> list[Any]:
-    """Top-level runs past their age, oldest first, at most `limit` (None: all) beyond `skip`.
+    """Top-level runs past their age, oldest first, at most `limit` (None: all) beyond `skip`
+    and the runs of `waiting` (parked at a wait: CANCELLED in DBOS, yet not finished).
 
     A second of margin: DBOS stores finish times in whole seconds on SQLite under Python 3.11
     (truncated), so a run is kept up to a second past its age, never deleted a moment early."""
     skipped = set(skip)
     found: list[Any] = []
     for status, age in policy.ages.items():
+        left_out = skipped | (waiting if status == "cancelled" else set())
         rows = source.list_workflows(
             status=list(DBOS_STATUSES[status]),
             completed_before=_iso(now - age - _MARGIN),
             name=WORKFLOW_NAME,
             has_parent=False,
-            limit=None if limit is None else limit + len(skipped),
+            limit=None if limit is None else limit + len(left_out),
             load_input=False,
             load_output=False,
         )
-        found += [r for r in rows if r.workflow_id not in skipped]
+        found += [r for r in rows if r.workflow_id not in left_out]
     found.sort(key=lambda r: (r.completed_at or 0, r.workflow_id))
     return found if limit is None else found[:limit]
 
@@ -360,11 +372,19 @@ def _batch(
 ) -> RetentionReport:
     report = RetentionReport(dry_run=dry_run, now=now)
     doomed: list[str] = []
-    for row in _expired(source, policy, now, limit, skip):
+    waits = WaitBook(database_url)
+    waiting = waits.live_run_ids()
+    for row in _expired(source, policy, now, limit, skip, waiting):
         below = descendants(source, [row.workflow_id])
         status = _status_of(row)
         subs = {run_id: _status_of(sub) for run_id, sub in below.items()}
-        if status is None or None in subs.values():  # a sub-agent still runs: in flight
+        # a run parked at a wait is CANCELLED in DBOS, yet it waits: in flight
+        cancelled = [r for r, s in {row.workflow_id: status, **subs}.items() if s == "cancelled"]
+        parked = waits.parked(cancelled)
+        if parked:
+            report.waiting.append(row.workflow_id)
+            continue
+        if status is None or None in subs.values():  # a sub-agent runs: in flight
             report.kept.append(row.workflow_id)
             continue
         finished = time_of(row.completed_at)
@@ -416,12 +436,12 @@ def expire(
     while batches is None or done < batches:
         report = _batch(
             source, database_url, policy, now, dry_run=False, limit=policy.batch_size,
-            skip=total.kept,
+            skip=[*total.kept, *total.waiting],
         )  # fmt: skip
         done += 1
         total.merge(report)
         if report.runs and on_batch is not None:
             on_batch(report)
-        if len(report.runs) + len(report.kept) < policy.batch_size:
+        if len(report.runs) + len(report.kept) + len(report.waiting) < policy.batch_size:
             break  # the last batch: fewer expired runs were left than a batch holds
     return total

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 
 from ..errors import DurableSwarmError, EncryptionKeyError
 from ._decisions import DecisionLog
+from ._engine import SystemTables
 from ._log import WORKFLOW_NAME, JsonSerializer
 from ._sealing import MARKER, SealedValue, keyring
 from ._sessions import SESSIONS_TABLE, SessionStore
@@ -72,7 +73,7 @@ class RotationReport:
 
 
 def rotate(
-    sys_db: Any,
+    tables: SystemTables,
     database_url: str,
     *,
     batch_size: int = DEFAULT_BATCH,
@@ -122,7 +123,7 @@ def rotate(
         if say is not None and written:
             say(f"{table}: {written} payloads re-sealed with key {ring.primary!r}")
 
-    _rewrite_dbos_payloads(sys_db, batch_size, current, reseal, done)
+    _rewrite_dbos_payloads(tables, batch_size, current, reseal, done)
     written, missing = DecisionLog(database_url).reseal(batch_size)
     done(DecisionLog.TABLE, written, 0)
     for key_id, n in missing.items():
@@ -135,7 +136,7 @@ def rotate(
 
 
 def _rewrite_dbos_payloads(
-    sys_db: Any,
+    system: SystemTables,
     batch_size: int,
     current: str,
     reseal: Callable[[str, str, str], str | None],
@@ -145,7 +146,7 @@ def _rewrite_dbos_payloads(
     this library's runs, in key order, a batch per transaction, each row only if it still holds
     what was read. `current` is a LIKE pattern of a payload that needs nothing; `reseal(table,
     run_id, text)` gives the new text (None: leave it)."""
-    tables = sys_db.tables
+    tables = system.tables
     status = tables.workflow_status
     ours = sa.select(status.c.workflow_uuid).where(status.c.name == WORKFLOW_NAME)
     for name, keys, run_column, columns in DBOS_PAYLOAD_COLUMNS:
@@ -170,7 +171,7 @@ def _rewrite_dbos_payloads(
                 )
                 if last is not None:
                     query = query.where(sa.tuple_(*key_columns) > sa.tuple_(*last))
-                with sys_db.engine.begin() as conn:
+                with system.engine.begin() as conn:
                     rows = conn.execute(query).all()
                     written = changed = 0
                     for row in rows:

@@ -14,7 +14,6 @@ from .._messages import final_answer, tool_message
 from ..errors import EncryptionKeyError, RunNotFoundError
 from ..human import Decision, arguments_digest
 from ..usage import Tally, Usage
-from ._engine import DBOS
 from ._log import (
     WAITING_EVENT,
     StoredResult,
@@ -34,6 +33,8 @@ __all__ = [
     "RunInfo",
     "StepRecord",
     "encrypted_text",
+    "problem_of",
+    "rate_limit_of",
     "read_run",
     "run_status",
     "step_outputs",
@@ -162,12 +163,43 @@ def time_of(epoch_ms: int | None) -> datetime | None:
     return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc) if epoch_ms else None
 
 
-def run_status(dbos_status: str, waiting: dict[str, Any] | None) -> str:
-    """This library's status name for a DBOS status and what the run waits for (the
-    `waiting_for` event): a run not finished waits when the event is set."""
+def run_status(dbos_status: str, waiting: dict[str, Any] | None, parked: Any = None) -> str:
+    """This library's status name for a DBOS status, what the run waits for (the
+    `waiting_for` event) and its parked wait (`durable._waits.Wait`, if it has one): a run not
+    finished waits when the event is set. A parked run is CANCELLED in DBOS, yet only waits:
+    for a person (`waiting_for_input`, `waiting_for_approval`), else it is `pending` (it waits
+    for a sub-agent run, or for something a process has to provide)."""
+    if parked is not None and dbos_status == "CANCELLED":
+        if parked.kind not in ("input", "approval"):
+            return "pending"
+        kind = (waiting or {}).get("kind") or parked.kind
+        return "waiting_for_approval" if kind == "approval" else "waiting_for_input"
     if waiting and dbos_status in DBOS_STATUSES["pending"]:
         return "waiting_for_approval" if waiting.get("kind") == "approval" else "waiting_for_input"
     return _STATUS_OF.get(dbos_status, "pending")
+
+
+def rate_limit_of(parked: Any) -> dict[str, Any] | None:
+    """What a run parked for its turn under a model limit waits for (see `RunInfo.rate_limit`),
+    as its `limit` wait says; None for any other run."""
+    if parked is None or parked.kind != "limit":
+        return None
+    found = dict((parked.detail or {}).get("rate_limit") or {})
+    until = found.get("until")
+    if isinstance(until, str):
+        try:
+            found["until"] = datetime.fromisoformat(until)
+        except ValueError:
+            found["until"] = None
+    return {k: found.get(k) for k in ("key", "agent", "until", "paused_because")}
+
+
+def problem_of(parked: Any) -> str | None:
+    """What a parked run misses (an agent, a swarm, a key), as its `missing` wait says."""
+    if parked is None or parked.kind != "missing":
+        return None
+    notice = (parked.detail or {}).get("notice")
+    return str(notice) if notice else None
 
 
 def _error_text(error: Any) -> str | None:
@@ -193,17 +225,21 @@ def _locked_key(*values: Any) -> str | None:
     return None
 
 
-def summarize(status: Any, waiting: dict[str, Any] | None = None) -> RunInfo:
-    """A `RunInfo` from the workflow's status row alone (no steps): what `list_runs` shows."""
+def summarize(status: Any, waiting: dict[str, Any] | None = None, parked: Any = None) -> RunInfo:
+    """A `RunInfo` from the workflow's status row alone (no steps): what `list_runs` shows.
+    `parked`: the run's parked wait (`durable._waits.Wait`), if it has one."""
     spec = spec_of(status)
     output = status.output if isinstance(status.output, dict) else {}
     agent = (output.get("agent") or spec.get("agent") or {}).get("name")
     tally = Tally.from_json(output["usage"]) if "usage" in output else None
+    state = run_status(status.status, waiting, parked)
     return RunInfo(
         run_id=status.workflow_id,
-        status=run_status(status.status, waiting),
+        status=state,
         agent=agent,
         waiting_for=waiting,
+        problem=problem_of(parked),
+        rate_limit=rate_limit_of(parked),
         error=_error_text(status.error),
         created_at=time_of(status.created_at),
         updated_at=time_of(status.updated_at),
@@ -256,14 +292,17 @@ def _waiting(source: Any, run_id: str) -> dict[str, Any] | None:
     return found
 
 
-def _consistent_read(run_id: str, source: Any) -> tuple[Any, dict[str, Any] | None, list[Any]]:
-    """A run's status row, what it waits for and its steps, as they were at one moment.
+def _consistent_read(
+    run_id: str, source: Any, waits: Any
+) -> tuple[Any, dict[str, Any] | None, list[Any], Any]:
+    """A run's status row, what it waits for, its steps and its parked wait (for a run DBOS
+    shows CANCELLED), as they were at one moment.
 
-    They are three reads, and the run moves meanwhile: a wait answered between the read of the
-    `waiting_for` event and the read of the steps would show the old question beside the steps
-    that came after it. So the event is read again after the steps, and the whole read repeated
-    until both reads agree (a run never returns to a wait it left: each wait has its own
-    `wait_id`); steps added while the run waits on one question belong to that wait.
+    They are several reads, and the run moves meanwhile: a wait answered between the read of
+    the `waiting_for` event and the read of the steps would show the old question beside the
+    steps that came after it. So the event is read again after the others, and the whole read
+    repeated until both reads agree (a run never returns to a wait it left: each wait has its
+    own `wait_id`); steps added while the run waits on one question belong to that wait.
     """
     for _ in range(_READ_ATTEMPTS):
         waiting = _waiting(source, run_id)
@@ -271,9 +310,10 @@ def _consistent_read(run_id: str, source: Any) -> tuple[Any, dict[str, Any] | No
         if status is None:
             raise RunNotFoundError(run_id)
         steps = source.list_workflow_steps(run_id)
+        parked = waits.parked([run_id]).get(run_id) if status.status == "CANCELLED" else None
         if _waiting(source, run_id) == waiting:
             break
-    return status, waiting, steps
+    return status, waiting, steps, parked
 
 
 def _unanswered(calls: list[dict[str, Any]], answered: Any) -> list[dict[str, Any]]:
@@ -317,18 +357,19 @@ def _place_blocked(
     return calls
 
 
-def read_run(run_id: str, source: Any = DBOS) -> RunInfo:
+def read_run(run_id: str, source: Any, waits: Any) -> RunInfo:
     """The whole run: status plus the messages, context and agent rebuilt from its steps.
 
     `source` reads the log: DBOS in a process that launched it, or any object with DBOS's
     `get_workflow_status`, `get_all_events` and `list_workflow_steps` (a thin client's adapter).
-    What the run waits for and its steps are read as they were at one moment (see
-    `_consistent_read`).
+    `waits` (a `durable._waits.WaitBook` on the run database) tells a parked run, which waits,
+    from a cancelled one. What the run waits for and its steps are read as they were at one
+    moment (see `_consistent_read`).
     """
-    status, waiting, steps = _consistent_read(run_id, source)
+    status, waiting, steps, parked = _consistent_read(run_id, source, waits)
     raise_unread(run_id, status.input, status.output, status.error, waiting)
     raise_unread(run_id, *(s["output"] for s in steps), *(s["error"] for s in steps))
-    info = summarize(status, waiting)
+    info = summarize(status, waiting, parked)
     spec = spec_of(status)
     info.steps = [step_record(s) for s in steps]
     messages = list(spec.get("messages") or [])

@@ -53,7 +53,7 @@ PAYLOAD_VERSION = 1
 # A hold whose run does not exist yet is its starter's, between the claim and the run's start;
 # past this long, that starter died in between and the hold is taken over.
 START_GRACE_SECONDS = 60.0
-_LIVE = ("PENDING", "ENQUEUED")
+_LIVE = ("PENDING", "ENQUEUED", "DELAYED", "PARKED")  # PARKED: see `_waits.live_status`
 
 _CREATE_SESSIONS = f"""
 CREATE TABLE IF NOT EXISTS {SESSIONS_TABLE} (

@@ -30,6 +30,7 @@ from ._engine import DBOS, SetWorkflowID
 from ._failures import DEFAULT_MODEL_RETRIES
 from ._log import StoredResult, naming_run, spec_of
 from ._ownership import timing
+from ._parking import book, outcome
 from ._retention import Retention
 from ._runs import RunInfo, read_run, step_outputs
 from ._sealing import configure as configure_keys
@@ -39,6 +40,7 @@ from ._spec import DEFAULT_SWARM, RunSpec, check_swarm_name
 from ._swarms import SwarmSettings, registry
 from ._sweeper import start_sweeper
 from ._values import DEFAULT_MAX_RESULT_CHARS, check_input, check_messages
+from ._waits import WaitBook, live_status
 from ._workflow import EVENTS_STREAM, HOST, WAITING_EVENT, run_workflow
 
 __all__ = ["DurableSwarm", "RunHandle"]
@@ -247,8 +249,7 @@ def waiting_notice(run_id: str, waiting: dict[str, Any]) -> str:
 async def _result_noting_waits(run_id: str, handle: Any) -> Any:
     """The run's output; meanwhile, once per wait, logs `waiting_notice` (checked after 0.2 s,
     then less often, up to every 5 s)."""
-    handle = handle or await DBOS.retrieve_workflow_async(run_id)
-    result = asyncio.ensure_future(handle.get_result(polling_interval_sec=_POLL_SECONDS))
+    result = asyncio.ensure_future(outcome(run_id, handle))
     interval, noted = _NOTICE_FIRST, None
     while True:
         done, _ = await asyncio.wait({result}, timeout=interval)
@@ -281,13 +282,9 @@ class RunHandle:
         """`result`; with `notice`, says once per wait what the run waits for (see `run`)."""
         with naming_run(self.run_id):
             if notice:
-                output = _dbos.on_dbos_loop(_result_noting_waits(self.run_id, self._on_loop))
-            elif self._on_loop is not None:
-                waiting = self._on_loop.get_result(polling_interval_sec=_POLL_SECONDS)
-                output = _dbos.on_dbos_loop(waiting)
-            else:  # read through the database
-                handle: Any = DBOS.retrieve_workflow(self.run_id)
-                output = handle.get_result(polling_interval_sec=_POLL_SECONDS)
+                output = _dbos.on_loop(_result_noting_waits(self.run_id, self._on_loop))
+            else:  # its task here, else read through the database
+                output = _dbos.on_loop(outcome(self.run_id, self._on_loop))
         response = _response(self.run_id, output)
         HOST.forget(self.run_id)
         return response
@@ -295,8 +292,7 @@ class RunHandle:
     async def aresult(self) -> Response:
         """`result` for async code."""
         with naming_run(self.run_id):
-            handle = self._handle or await DBOS.retrieve_workflow_async(self.run_id)
-            output: Any = await handle.get_result(polling_interval_sec=_POLL_SECONDS)
+            output: Any = await outcome(self.run_id, self._handle)
         response = _response(self.run_id, output)
         HOST.forget(self.run_id)
         return response
@@ -304,12 +300,12 @@ class RunHandle:
     @off_event_loop
     def info(self) -> RunInfo:
         """The run as its log tells it now (see `DurableSwarm.get_run`)."""
-        return read_run(self.run_id)
+        return read_run(self.run_id, DBOS, book())
 
     @property
     def status(self) -> str:
         """The run's current status (`pending`, `waiting_for_input`, ..., `succeeded`)."""
-        return read_run(self.run_id).status
+        return read_run(self.run_id, DBOS, book()).status
 
     def events(self) -> Iterator[dict[str, Any]]:
         """The run's stream events from the start (Swarm's shapes), then `{"response": ...}`.
@@ -560,7 +556,8 @@ class DurableSwarm(RunCommands, SessionCommands):
     def _sessions(self) -> SessionStore:
         """This swarm's sessions (in its run database)."""
         self.launch()
-        return SessionStore(_dbos.run_database_url() or self.database_url, _dbos.run_status)
+        url = _dbos.run_database_url() or self.database_url
+        return SessionStore(url, live_status(_dbos.run_status, WaitBook(url)))
 
     def _claim(self, run_id: str, spec: RunSpec) -> RunSpec:
         """The spec of new run `run_id`, which holds its session (if any) from now on: the
@@ -590,7 +587,7 @@ class DurableSwarm(RunCommands, SessionCommands):
             return RunHandle(run_id)  # attach: it runs (or is recovered) where it is
         spec = self._begin(run_id, run, self._claim(run_id, spec))
         try:
-            return RunHandle(run_id, on_loop=_dbos.on_dbos_loop(_start(run_id, spec)))
+            return RunHandle(run_id, on_loop=_dbos.on_loop(_start(run_id, spec)))
         except BaseException:
             self._release(run_id, spec)
             raise
@@ -673,9 +670,7 @@ class DurableSwarm(RunCommands, SessionCommands):
     def get_run(self, run_id: str) -> RunInfo:
         """The run as its log tells it: status, current agent, messages, context, steps, and
         what it waits for. Raises `RunNotFoundError` for an unknown id."""
-        info = self.runs.get_run(run_id)
-        info.problem = info.problem or HOST.problems.get(run_id)
-        return info
+        return self.runs.get_run(run_id)
 
     async def aget_run(self, run_id: str) -> RunInfo:
         """`get_run` for async code."""

@@ -32,8 +32,9 @@ _lock = threading.Lock()
 # here (tests/durable/test_retention.py checks the known ones are).
 RUN_TABLES: tuple[tuple[str, str], ...] = (
     ("durable_swarm_decisions", "run_id"),
-    ("durable_swarm_notices", "run_id"),
+    ("durable_swarm_notices", "run_id"),  # written by releases before parked waits
     ("durable_swarm_session_runs", "run_id"),
+    ("durable_swarm_waits", "run_id"),
 )
 
 

@@ -1,325 +1,574 @@
-"""Runs waiting for a person: one watcher per process, whatever the number of waiting runs.
+"""Runs that wait are parked: no process holds them while they wait.
 
-A run waiting for input or an approval sits in a DBOS step (`watch:input`, `watch:approval`) whose
-body returns once a DBOS message for the run is in the database; the run then takes it with
-`DBOS.recv` (so the message is consumed and recorded exactly as before). `DBOS.recv` alone would
-cost a database query per waiting run every poll interval on SQLite (and one per minute on
-PostgreSQL): idle waits that grow with their number. Here one thread per process watches for new
-messages for all of them:
-- on SQLite, by the rowid of DBOS's `notifications` table (one indexed range query per poll
-  interval, however many runs wait; SQLite commits one writer at a time, so rowids appear in
-  commit order);
-- on PostgreSQL, by listening on the channel DBOS's trigger notifies for every message (no
-  polling at all).
-Every `SWEEP_SECONDS`, and after the listener reconnects, it also checks every waiting run
-directly (batched), so a message it missed (a dropped connection, a deleted row whose rowid came
-back) still wakes its run, and a waiting run that was cancelled gives its task up. A run
-cancelled through the library, from any process, is also sent a message on `CANCEL_TOPIC`
-(never read by the run): the watcher of the process that holds the run (or one of its
-sub-agents) sees it as any other message and ends those waits at once.
+A durable run waits for a person's answer (`input`, `approval`), for a sub-agent run to end
+(`join`), for its turn under a model limit (`limit`), or for something the process that runs it
+lacks (`missing`: an agent, a swarm, a key). It does not stay a live workflow meanwhile. It
+*parks*: it cancels its own DBOS workflow (DBOS's public `cancel_workflow`, called outside the
+run so it is not one of its steps) and its execution ends, so nothing of it stays in any
+process's memory and it holds no worker slot. What ends the wait *resumes* it
+(`resume_workflow` onto its queue): DBOS runs it again from the start, replaying its recorded
+steps, and this time the run finds what it waited for and goes on.
 
-The watcher thread runs only while some run waits; a process with no waiting run makes no query.
+The look for the answer is the body of a recorded step (`answer:<kind>`, `join:<child>`, the
+model step of a limited call): when the answer is there the step returns it and DBOS records
+it; when it is not, the body parks the run and raises DBOS's `DBOSWorkflowCancelledError`, with
+which DBOS records nothing for the step (the step "was preempted by cancellation" and runs again
+on resume). A replay after the answer therefore meets either the recorded answer or, at the
+frontier, the look again.
+
+This module keeps one row per wait in the table `durable_swarm_waits` of the run database and
+closes the races with compare-and-set updates on it (a row lock on PostgreSQL, the write lock on
+SQLite); its times are the database's clock, so processes on machines with skewed clocks agree.
+`state`:
+
+* `waiting`: the run is live at the wait (it arrived, or an answer came before it did);
+* `parking`: the run is about to cancel itself (or did, and is about to mark itself parked);
+* `parked`: the run cancelled itself and waits;
+* `resuming`: whoever ends the wait won the right to resume it (exactly one does);
+* `cancelled`: a person cancelled the run (`DurableSwarm.cancel`); no answer is taken.
+
+The orders that make it exact:
+
+* the run, at the wait: `arrive`; `look` (answer there: take it); else `begin_park`
+  (waiting -> parking), cancel itself, `park` (parking -> parked), then look again: if the
+  wait ended in the meantime it wins `claim_resume` and resumes itself. It cancels itself
+  *before* it is `parked`, so nobody resumes a live execution (its own cancel would undo that);
+* whoever ends the wait (`answer`, `end_join`): one statement sets the answer and, if the run is
+  parked, turns it to `resuming`; it resumes the run only if its statement did that. One that
+  saw the run CANCELLED in DBOS also takes a `parking` wait (the run cancelled itself and may
+  have died before marking it parked; if it lives, its own `park` then fails and it ends). An
+  answer to a wait that has one already, or to a cancelled run, changes nothing and is refused;
+* so exactly one of them resumes a parked run, whatever the interleaving;
+* a person's cancel leaves a tombstone first, then cancels in DBOS, then marks the live waits
+  cancelled (`cancel_tree`); a run that parks checks the tombstone after it marked itself
+  parked, and a resumer checks it after its resume: a cancel is never undone.
+
+A row is deleted when the run leaves its wait (`leave`), when the sweep finds its run ended, or
+with the run. A parked run is CANCELLED in DBOS; `parked()` tells the runs that only wait from
+those cancelled by a person, and every reader of the library shows them as waiting.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import json
 import logging
-import threading
-import time
-from collections.abc import Iterable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sqlalchemy as sa
 
-from ._engine import DBOSWorkflowCancelledError, notification_poll_interval
+from ..errors import EncryptionKeyError
+from ._sealing import SealedValue, is_sealed, keyring, open_sealed, seal, sealed_key_id
+from ._tables import engine_for, engine_with, missing_table
 
 __all__ = [
-    "CANCEL_TOPIC",
-    "SWEEP_SECONDS",
-    "WaitWatcher",
-    "nudge_watchers",
-    "stop_watchers",
-    "watcher_for",
+    "CANCELLED",
+    "KINDS",
+    "LIVE_STATES",
+    "MISSING",
+    "PARKED_STATES",
+    "WAITS_TABLE",
+    "Wait",
+    "WaitBook",
+    "join_key",
+    "live_status",
+    "parked_in",
+    "person_key",
 ]
 
 logger = logging.getLogger("durable_swarm")
 
-SWEEP_SECONDS = 30.0
-BATCH = 500  # run ids per IN (...) list
-CHANNEL = "dbos_notifications_channel"  # what DBOS's trigger on `notifications` notifies
-# The topic of the notice sent to a run when it is cancelled (see the module docstring).
-CANCEL_TOPIC = "durable_swarm.cancelled"
+WAITS_TABLE = "durable_swarm_waits"
+KINDS = ("input", "approval", "join", "missing", "limit")
+# The wait key of a run that misses an agent, a function, a swarm or a key (one at a time).
+MISSING = "missing"
+# The key of the tombstone a person's cancel leaves on a run (see `WaitBook.cancel_tree`).
+CANCELLED = "cancelled"
+LIVE_STATES = ("waiting", "parking", "parked", "resuming")
+# A run CANCELLED in DBOS with a wait in one of these states only waits: it parked, or is
+# parking (it cancelled itself and is about to mark its wait parked; if its process died right
+# then, whoever ends the wait, or the sweep, resumes it).
+PARKED_STATES = ("parking", "parked", "resuming")
 
-Key = tuple[str, str]  # (run id, topic)
-
-
-class WaitWatcher:
-    """Wakes the runs of this process that wait for a DBOS message (see the module docstring).
-
-    `sys_db` is DBOS's system database object (its engine and table definitions); `poll_interval`
-    is how often SQLite is read for new messages (DBOS's own notification poll interval).
-    """
-
-    def __init__(self, sys_db: Any, poll_interval: float) -> None:
-        self._engine: sa.Engine = sys_db.engine
-        self._notifications = sys_db.tables.notifications
-        self._status = sys_db.tables.workflow_status
-        self._postgres = self._engine.dialect.name == "postgresql"
-        self._poll = max(0.01, poll_interval)
-        self._lock = threading.Lock()
-        self._waiters: dict[Key, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = {}
-        self._wake = threading.Event()  # a waiter arrived: the thread starts or stops sleeping
-        self._thread: threading.Thread | None = None
-        self._stopped = False
-        self._nudged = False  # sweep at the next look (a run was cancelled in this process)
-
-    # --- the waiting side (the event loop of a run) -------------------------------------------
-
-    async def wait(self, run_id: str, topic: str) -> None:
-        """Return once a message on `topic` for `run_id` is in the database, not consumed yet.
-
-        Raises `DBOSWorkflowCancelledError` when the run is found cancelled while it waits.
-        """
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        key = (run_id, topic)
-        with self._lock:
-            self._waiters.setdefault(key, []).append((loop, future))
-            self._ensure_thread()
-        try:
-            # A message sent before this run registered is found by looking once, now. If the
-            # database does not answer, the watcher's sweep looks again (a failed look must not
-            # become this step's recorded outcome).
-            try:
-                if await asyncio.to_thread(self._pending, [key]):
-                    return
-            except Exception as e:
-                logger.warning("Run %s: first look for its answer failed (%s).", run_id, e)
-                self.nudge()
-            await future
-        finally:
-            with self._lock:
-                entries = self._waiters.get(key, [])
-                entries[:] = [(lp, f) for lp, f in entries if f is not future]
-                if not entries:
-                    self._waiters.pop(key, None)
-
-    def waiting(self) -> int:
-        """How many waits this watcher holds now."""
-        with self._lock:
-            return sum(len(entries) for entries in self._waiters.values())
-
-    def nudge(self) -> None:
-        """Check every waiting run at the next look, not at the next sweep (a cancellation)."""
-        self._nudged = True
-
-    def stop(self) -> None:
-        """Stop the thread (DBOS is shutting down); waits still held are left to their tasks."""
-        self._stopped = True
-        self._wake.set()
-
-    # --- the watching side (one thread) ---------------------------------------------------------
-
-    def _ensure_thread(self) -> None:
-        self._wake.set()
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(
-                target=self._run, name="durable-swarm-waits", daemon=True
-            )
-            self._thread.start()
-
-    def _keys(self) -> list[Key]:
-        with self._lock:
-            return list(self._waiters)
-
-    def _any_waiting(self) -> bool:
-        # A dict's truth is read atomically; no copy of thousands of keys at every look.
-        return bool(self._waiters)
-
-    def _resolve(self, keys: Iterable[Key], error: BaseException | None = None) -> None:
-        with self._lock:
-            entries = [entry for key in keys for entry in self._waiters.get(key, [])]
-        for loop, future in entries:
-            # A closed event loop (RuntimeError) has nothing waiting on it any more.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle, future, error)
-
-    def _run(self) -> None:
-        while not self._stopped:
-            if not self._any_waiting():
-                self._wake.clear()
-                if not self._any_waiting():  # nothing waits: sleep until a waiter arrives
-                    self._wake.wait(SWEEP_SECONDS)
-                continue
-            try:
-                if self._postgres:
-                    self._listen()
-                else:
-                    self._poll_rowids()
-            except Exception as e:  # the database is away: sweep once it answers again
-                if self._stopped:
-                    return
-                logger.warning("Watching for answers to waiting runs failed (%s); retrying.", e)
-                time.sleep(1.0)
-
-    def _poll_rowids(self) -> None:
-        """SQLite: read the messages added since the last look, by rowid, on a connection of
-        its own (a plain sqlite3 cursor: this runs every poll interval, and SQLAlchemy's pool
-        checkout and statement building cost more than SQLite's answer)."""
-        table = self._notifications.name
-        raw = self._engine.raw_connection()
-        raw.detach()  # not one of DBOS's pooled connections: it is closed here, never returned
-        try:
-            cursor = raw.dbapi_connection.cursor()  # type: ignore[union-attr]
-            seen: int = cursor.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0] or 0
-            newer = f"SELECT rowid, destination_uuid, topic FROM {table} WHERE rowid > ?"
-            self._sweep()
-            swept = time.monotonic()
-            while not self._stopped and self._any_waiting():
-                time.sleep(self._poll)
-                rows = cursor.execute(newer, (seen,)).fetchall()
-                if rows:
-                    seen = max(seen, max(int(r[0]) for r in rows))
-                    self._wake_found({(r[1], r[2]) for r in rows})
-                if self._nudged or time.monotonic() - swept >= SWEEP_SECONDS:
-                    self._sweep()
-                    swept = time.monotonic()
-        finally:
-            raw.close()
-
-    def _listen(self) -> None:
-        """PostgreSQL: LISTEN on DBOS's notifications channel on a connection of its own."""
-        raw = self._engine.raw_connection()
-        raw.detach()
-        conn: Any = raw.dbapi_connection
-        try:
-            conn.autocommit = True
-            conn.execute(f"LISTEN {CHANNEL}")
-            self._sweep()  # what was sent before listening
-            swept = time.monotonic()
-            while not self._stopped and self._any_waiting():
-                # Each message as it comes; at least once a second, a look at the sweep's clock.
-                found: set[Key] = set()
-                for notify in conn.notifies(timeout=1.0, stop_after=1):  # the whole packet
-                    run_id, _, topic = (notify.payload or "").rpartition("::")
-                    found.add((run_id, topic))
-                if found:
-                    self._wake_found(found)
-                if self._nudged or time.monotonic() - swept >= SWEEP_SECONDS:
-                    self._sweep()
-                    swept = time.monotonic()
-        finally:
-            raw.close()
-
-    def _wake_found(self, found: set[Key]) -> None:
-        """Wake the waits among `found` whose message is still there (a run consumes its own);
-        end the waits of runs sent a cancellation notice, and of their sub-agents, if they
-        are cancelled."""
-        with self._lock:
-            keys = [key for key in found if key in self._waiters]
-        if keys:
-            self._resolve(self._pending(keys))
-        roots = {run_id for run_id, topic in found if topic == CANCEL_TOPIC}
-        if roots:
-            keys = self._keys()
-            tree = {k[0] for k in keys if any(_within(k[0], root) for root in roots)}
-            self._give_up(keys, tree)
-
-    def _sweep(self) -> None:
-        """Check every waiting run directly: a pending message wakes it, a cancellation ends it."""
-        self._nudged = False
-        keys = self._keys()
-        if not keys:
-            return
-        self._resolve(self._pending(keys))
-        self._give_up(keys, {run_id for run_id, _ in keys})
-
-    def _give_up(self, keys: list[Key], run_ids: set[str]) -> None:
-        """End the waits among `keys` of those of `run_ids` that are cancelled, or deleted."""
-        if not run_ids:
-            return
-        for run_id in self._ended(run_ids):
-            error = DBOSWorkflowCancelledError(f"Run {run_id} was cancelled while it waited")
-            self._resolve([k for k in keys if k[0] == run_id], error)
-
-    def _pending(self, keys: list[Key]) -> list[Key]:
-        """Those of `keys` with an unconsumed message in the database."""
-        n, wanted, found = self._notifications, set(keys), list[Key]()
-        run_ids = sorted({run_id for run_id, _ in keys})
-        with self._engine.connect() as conn:
-            for i in range(0, len(run_ids), BATCH):
-                rows = conn.execute(
-                    sa.select(n.c.destination_uuid, n.c.topic)
-                    .where(
-                        n.c.destination_uuid.in_(run_ids[i : i + BATCH]),
-                        n.c.consumed == sa.false(),
-                    )
-                    .distinct()
-                ).all()
-                found.extend(key for r in rows if (key := (r[0], r[1])) in wanted)
-        return found
-
-    def _ended(self, run_ids: set[str]) -> list[str]:
-        """Those of `run_ids` that are cancelled, or no longer in the database (deleted: a
-        forced delete cancels a live run first). One summary row per batch of ids; their
-        statuses are read only when some are cancelled or missing."""
-        ws, ids, found = self._status, sorted(run_ids), list[str]()
-        uuid, cancelled = ws.c.workflow_uuid, ws.c.status == "CANCELLED"
-        summary = sa.select(sa.func.count(), sa.func.sum(sa.case((cancelled, 1), else_=0)))
-        with self._engine.connect() as conn:
-            for i in range(0, len(ids), BATCH):
-                batch = ids[i : i + BATCH]
-                present, stopped = conn.execute(summary.where(uuid.in_(batch))).one()
-                if int(present) == len(batch) and not stopped:
-                    continue
-                rows = conn.execute(sa.select(uuid, ws.c.status).where(uuid.in_(batch))).all()
-                status = {row[0]: row[1] for row in rows}
-                found.extend(r for r in batch if status.get(r, "CANCELLED") == "CANCELLED")
-        return found
+_CREATE_TABLE = f"""
+CREATE TABLE IF NOT EXISTS {WAITS_TABLE} (
+    run_id TEXT NOT NULL,
+    wait_key TEXT NOT NULL,
+    kind VARCHAR(16) NOT NULL,
+    state VARCHAR(16) NOT NULL,
+    answer TEXT,
+    queue TEXT,
+    detail TEXT,
+    updated_at BIGINT NOT NULL,
+    PRIMARY KEY (run_id, wait_key)
+)
+"""
 
 
-def _within(run_id: str, root: str) -> bool:
-    """Whether `run_id` is `root` or one of its sub-agent runs (`<root>-sub<N>`, nested)."""
-    return run_id == root or run_id.startswith(f"{root}-sub")
+def _answer_sql(now: str) -> str:
+    """The statement of whoever ends a wait: set the answer (if none yet, and the run is not
+    cancelled) and take the resume if the run is parked (or parking, `:stopped`); RETURNING says
+    which (no row: refused). The row is made if the run has not arrived yet (it then finds the
+    answer at its first look)."""
+    t = WAITS_TABLE
+    return f"""
+INSERT INTO {t} (run_id, wait_key, kind, state, answer, updated_at)
+VALUES (:run_id, :key, :kind, 'waiting', :answer, {now})
+ON CONFLICT (run_id, wait_key) DO UPDATE SET
+    answer = excluded.answer,
+    state = CASE WHEN {t}.state = 'parked' OR (:stopped = 1 AND {t}.state = 'parking')
+        THEN 'resuming' ELSE {t}.state END,
+    updated_at = excluded.updated_at
+WHERE {t}.answer IS NULL AND {t}.state IN ('waiting', 'parking', 'parked')
+RETURNING state
+"""
 
 
-def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
-    if not future.done():
-        if error is None:
-            future.set_result(None)
+def person_key(wait_id: int) -> str:
+    """The wait key of a run's `wait_id`-th wait for a person (its `waiting_for` event)."""
+    return f"person:{wait_id}"
+
+
+def join_key(child_run_id: str) -> str:
+    """The wait key of a run's wait for its sub-agent run `child_run_id` to end."""
+    return f"join:{child_run_id}"
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One row of the waits table: which run waits on what, in which state, with what answer
+    (opened: a dict, or a `SealedValue` when its key is missing here; None: no answer yet),
+    where it goes when resumed (`queue`, None: DBOS's own), what a `missing` or `limit` wait
+    waits for (`detail`), and when it last changed (milliseconds, the database's clock)."""
+
+    run_id: str
+    key: str
+    kind: str
+    state: str
+    answer: Any
+    queue: str | None
+    detail: dict[str, Any] | None
+    updated_at: int
+
+    @property
+    def answered(self) -> bool:
+        return self.answer is not None
+
+
+class WaitBook:
+    """The waits table of one run database (engines shared per database in a process).
+
+    With an encryption key, an answer (what a person wrote, a decision) is stored sealed,
+    bound to its run (`_sealing`)."""
+
+    def __init__(self, database_url: str) -> None:
+        self._url = database_url
+        if database_url.startswith("postgresql"):
+            self._now = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
         else:
-            future.set_exception(error)
+            self._now = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
+
+    def _engine(self) -> sa.Engine:
+        return engine_with(self._url, WAITS_TABLE, _CREATE_TABLE)
+
+    def ensure(self) -> None:
+        """Create the table if it is missing (a process launching DBOS on the database)."""
+        self._engine()
+
+    def _write(self, sql: str, **params: Any) -> list[Any]:
+        with self._engine().begin() as conn:
+            result = conn.execute(sa.text(sql), params)
+            return list(result.fetchall()) if result.returns_rows else [result.rowcount]
+
+    def _changed(self, sql: str, **params: Any) -> bool:
+        """`_write` of one conditional statement: whether it changed a row."""
+        rows = self._write(sql, **params)
+        return bool(rows and rows[0])
+
+    def _read(self, sql: str, **params: Any) -> list[Any]:
+        try:
+            with engine_for(self._url).connect() as conn:
+                return list(conn.execute(sa.text(sql), params).fetchall())
+        except sa.exc.DBAPIError as e:
+            if missing_table(e):
+                return []  # no run ever waited on this database
+            raise
+
+    # --- the run's side ----------------------------------------------------------------------
+
+    def arrive(
+        self, run_id: str, key: str, kind: str, detail: dict[str, Any] | None = None
+    ) -> None:
+        """The run is at its wait `key` (a replay finds its row as it is)."""
+        self._write(
+            f"INSERT INTO {WAITS_TABLE} (run_id, wait_key, kind, state, detail, updated_at) "
+            f"VALUES (:run_id, :key, :kind, 'waiting', :detail, {self._now}) "
+            "ON CONFLICT (run_id, wait_key) DO NOTHING",
+            run_id=run_id,
+            key=key,
+            kind=kind,
+            detail=None if detail is None else json.dumps(detail),
+        )
+
+    def look(self, run_id: str, key: str) -> Wait | None:
+        """The row of `run_id`'s wait `key` (a plain read, never a recorded step)."""
+        rows = self._read(
+            f"SELECT run_id, wait_key, kind, state, answer, queue, detail, updated_at FROM "
+            f"{WAITS_TABLE} WHERE run_id = :run_id AND wait_key = :key",
+            run_id=run_id,
+            key=key,
+        )
+        return _wait(rows[0]) if rows else None
+
+    def begin_park(
+        self,
+        run_id: str,
+        key: str,
+        kind: str,
+        queue: str | None,
+        detail: dict[str, Any] | None = None,
+    ) -> bool:
+        """The run is about to cancel itself to park at `key`: -> parking, remembering where it
+        goes when resumed. Only from a wait with no answer (or none yet: a row a sweep took
+        away is made again), not cancelled: False otherwise (look again)."""
+        t = WAITS_TABLE
+        return self._changed(
+            f"INSERT INTO {t} (run_id, wait_key, kind, state, queue, detail, updated_at) "
+            f"VALUES (:run_id, :key, :kind, 'parking', :queue, :detail, {self._now}) "
+            f"ON CONFLICT (run_id, wait_key) DO UPDATE SET state = 'parking', queue = "
+            f"excluded.queue, detail = COALESCE(excluded.detail, {t}.detail), updated_at = "
+            f"excluded.updated_at WHERE {t}.answer IS NULL AND {t}.state IN ('waiting', "
+            "'parking', 'parked', 'resuming')",
+            run_id=run_id,
+            key=key,
+            kind=kind,
+            queue=queue,
+            detail=None if detail is None else json.dumps(detail),
+        )
+
+    def park(self, run_id: str, key: str) -> bool:
+        """The run cancelled itself: parking -> parked. False if someone took the resume
+        meanwhile (it saw the run cancelled), or a person cancelled it."""
+        return self._changed(
+            f"UPDATE {WAITS_TABLE} SET state = 'parked', updated_at = {self._now} "
+            "WHERE run_id = :run_id AND wait_key = :key AND state = 'parking'",
+            run_id=run_id,
+            key=key,
+        )
+
+    def claim_resume(self, run_id: str, key: str) -> Wait | None:
+        """parked -> resuming: the row (with its queue) for the one caller that wins, else None."""
+        if not self._changed(
+            f"UPDATE {WAITS_TABLE} SET state = 'resuming', updated_at = {self._now} "
+            "WHERE run_id = :run_id AND wait_key = :key AND state = 'parked'",
+            run_id=run_id,
+            key=key,
+        ):
+            return None
+        found = self.look(run_id, key)
+        return None if found is None else replace(found, state="resuming")
+
+    def leave(self, run_id: str, key: str) -> None:
+        """The run went on past its wait `key`: the row goes."""
+        self._write(
+            f"DELETE FROM {WAITS_TABLE} WHERE run_id = :run_id AND wait_key = :key",
+            run_id=run_id,
+            key=key,
+        )
+
+    # --- the side of whoever ends a wait -----------------------------------------------------
+
+    def answer(
+        self, run_id: str, key: str, kind: str, answer: dict[str, Any], *, stopped: bool = False
+    ) -> Wait | None:
+        """Give `run_id`'s wait `key` its answer. Returns the row as the statement left it:
+        `state` "resuming" means the caller won the resume and must resume the run onto
+        `queue`; "waiting" (or "parking") means the run is live and takes the answer itself.
+        None: refused (the wait has an answer already, or the run was cancelled).
+
+        `stopped`: the caller saw the run CANCELLED in DBOS. A wait still `parking` then belongs
+        to a run that cancelled itself to park and has not marked it parked yet (its process
+        may have died right then): the caller takes the resume (the run's own `park` then
+        fails, and its execution, which does nothing more, ends)."""
+        stored = seal(answer, bind=run_id) if keyring() is not None else json.dumps(answer)
+        rows = self._write(
+            _answer_sql(self._now),
+            run_id=run_id,
+            key=key,
+            kind=kind,
+            answer=stored,
+            stopped=int(stopped),
+        )
+        if not rows:
+            return None
+        found = self.look(run_id, key)
+        if found is None:  # deleted since (the run went on, or was deleted): nothing to resume
+            return None
+        return replace(found, state=str(rows[0][0]))
+
+    def end_join(
+        self, parent_run_id: str, child_run_id: str, *, stopped: bool = False
+    ) -> Wait | None:
+        """The sub-agent run `child_run_id` ended: if its parent parked waiting for it, the
+        row with which the caller resumes the parent (None: the parent does not wait for it, or
+        someone else resumes it). Only an existing row is changed. `stopped`: as for
+        `answer` (the caller saw the parent CANCELLED in DBOS)."""
+        key = join_key(child_run_id)
+        rows = self._write(
+            f"UPDATE {WAITS_TABLE} SET answer = :answer, state = CASE WHEN state = 'parked' "
+            "OR (:stopped = 1 AND state = 'parking') THEN 'resuming' ELSE state END, "
+            f"updated_at = {self._now} WHERE run_id = :run_id AND wait_key = :key AND "
+            "answer IS NULL AND state IN ('waiting', 'parking', 'parked') RETURNING state",
+            run_id=parent_run_id,
+            key=key,
+            answer=json.dumps({"done": True}),
+            stopped=int(stopped),
+        )
+        if not rows or rows[0][0] != "resuming":
+            return None
+        found = self.look(parent_run_id, key)
+        return None if found is None else replace(found, state="resuming")
+
+    # --- people steering runs ----------------------------------------------------------------
+
+    def cancel_tree(self, run_id: str) -> int:
+        """A person cancelled `run_id` and its sub-agent runs (`<run id>-sub<N>`, nested):
+        none of their waits takes an answer any more. Returns how many waits that ended.
+
+        First a tombstone (the wait key `CANCELLED`) is committed on `run_id`, then its live
+        waits are marked cancelled: a run that parks after the first sees the tombstone when it
+        checks (`cancelled`, right after it marked itself parked), and one that parked before
+        it has its wait marked by the second. Call it before DBOS's cancel and after."""
+        self._write(
+            f"INSERT INTO {WAITS_TABLE} (run_id, wait_key, kind, state, updated_at) VALUES "
+            f"(:run_id, :key, 'cancel', 'cancelled', {self._now}) ON CONFLICT (run_id, "
+            "wait_key) DO NOTHING",
+            run_id=run_id,
+            key=CANCELLED,
+        )
+        return self._write_tree(
+            f"UPDATE {WAITS_TABLE} SET state = 'cancelled', updated_at = {self._now} WHERE "
+            "(run_id = :run_id OR run_id LIKE :tree ESCAPE '\\') AND state IN ('waiting', "
+            "'parking', 'parked', 'resuming')",
+            run_id,
+        )
+
+    def uncancel_tree(self, run_id: str) -> None:
+        """`run_id` (and its sub-agent runs) are resumed after a person cancelled them: their
+        waits for a person or a sub-agent wait again, as live (the replay that reaches one
+        parks anew until it is answered); the others go (a replay makes them again)."""
+        tree = "(run_id = :run_id OR run_id LIKE :tree ESCAPE '\\')"
+        self._write_tree(
+            f"DELETE FROM {WAITS_TABLE} WHERE {tree} AND (wait_key = '{CANCELLED}' OR "
+            "(state = 'cancelled' AND kind IN ('missing', 'limit')))",
+            run_id,
+        )
+        self._write_tree(
+            f"UPDATE {WAITS_TABLE} SET state = 'waiting', updated_at = {self._now} WHERE "
+            f"{tree} AND state = 'cancelled'",
+            run_id,
+        )
+
+    def cancelled(self, run_id: str) -> bool:
+        """Whether a person cancelled `run_id` or a run above it (a tombstone of
+        `cancel_tree` on it or on an ancestor: `<a>-sub<N>` is below `<a>`)."""
+        ids = [run_id]
+        while "-sub" in ids[-1]:
+            ids.append(ids[-1].rpartition("-sub")[0])
+        query = sa.text(
+            f"SELECT 1 FROM {WAITS_TABLE} WHERE run_id IN :ids AND wait_key = :key"
+        ).bindparams(sa.bindparam("ids", expanding=True))
+        try:
+            with engine_for(self._url).connect() as conn:
+                return conn.execute(query, {"ids": ids, "key": CANCELLED}).first() is not None
+        except sa.exc.DBAPIError as e:
+            if missing_table(e):
+                return False
+            raise
+
+    def _write_tree(self, sql: str, run_id: str) -> int:
+        escaped = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        try:
+            with self._engine().begin() as conn:
+                params = {"run_id": run_id, "tree": f"{escaped}-sub%"}
+                return int(conn.execute(sa.text(sql), params).rowcount)
+        except sa.exc.DBAPIError as e:
+            if missing_table(e):
+                return 0
+            raise
+
+    # --- readers -----------------------------------------------------------------------------
+
+    def parked(self, run_ids: Sequence[str]) -> dict[str, Wait]:
+        """The parked waits (`PARKED_STATES`) of those of `run_ids` that have one, by run id:
+        those runs, CANCELLED in DBOS, only wait (a run has one wait at a time; the latest if
+        one was left behind)."""
+        if not run_ids:
+            return {}
+        try:
+            with engine_for(self._url).connect() as conn:
+                return parked_in(conn, run_ids)
+        except sa.exc.DBAPIError as e:
+            if missing_table(e):
+                return {}
+            raise
+
+    def live_run_ids(self) -> set[str]:
+        """Every run that has a live wait now (of those DBOS shows CANCELLED, the parked ones;
+        what retention must never take for finished)."""
+        rows = self._read(
+            f"SELECT DISTINCT run_id FROM {WAITS_TABLE} WHERE state IN ('waiting', 'parking', "
+            "'parked', 'resuming')"
+        )
+        return {row[0] for row in rows}
+
+    def is_parked(self, run_id: str) -> bool:
+        """Whether `run_id` is parked at a wait (CANCELLED in DBOS, but waiting)."""
+        return run_id in self.parked([run_id])
+
+    def answer_of(self, run_id: str, key: str) -> Any:
+        """The answer stored for `run_id`'s wait `key` (None: none yet, or no such wait)."""
+        found = self.look(run_id, key)
+        return None if found is None else found.answer
+
+    # --- the sweep (`_parking.sweep`) --------------------------------------------------------
+
+    def now_ms(self) -> int | None:
+        """The database's clock, in milliseconds (None: the database does not answer)."""
+        try:
+            with engine_for(self._url).connect() as conn:
+                return int(conn.execute(sa.text(f"SELECT {self._now}")).scalar_one())
+        except sa.exc.DBAPIError:
+            return None
+
+    def stale(self, passing_s: float, others_s: float, limit: int = 500) -> list[Wait]:
+        """The live waits a sweep looks at: `missing` and `limit` ones untouched for
+        `passing_s` seconds, and any other untouched for `others_s` (by the database's clock).
+        Answers are not opened."""
+        rows = self._read(
+            f"SELECT run_id, wait_key, kind, state, answer, queue, detail, updated_at FROM "
+            f"{WAITS_TABLE} WHERE state IN ('waiting', 'parking', 'parked', 'resuming') AND "
+            f"updated_at <= {self._now} - CASE WHEN kind IN ('missing', 'limit') THEN "
+            ":passing ELSE :others END ORDER BY updated_at LIMIT :n",
+            passing=int(passing_s * 1000),
+            others=int(others_s * 1000),
+            n=limit,
+        )
+        return [_wait(row, open_answer=False) for row in rows]
+
+    def touch(self, wait: Wait) -> Wait | None:
+        """A sweep's compare-and-set on `wait` as it read it (its state and time): the row,
+        now `resuming`, for the one sweeper that wins, else None (it moved meanwhile)."""
+        if not self._changed(
+            f"UPDATE {WAITS_TABLE} SET state = 'resuming', updated_at = {self._now} WHERE "
+            "run_id = :run_id AND wait_key = :key AND state = :state AND updated_at = :at",
+            run_id=wait.run_id,
+            key=wait.key,
+            state=wait.state,
+            at=wait.updated_at,
+        ):
+            return None
+        found = self.look(wait.run_id, wait.key)
+        return None if found is None else replace(found, state="resuming")
+
+    def drop_if(self, wait: Wait) -> None:
+        """Delete `wait`'s row if it is still as `wait` has it (its run ended, or the run got
+        past a `missing` or `limit` wait that was resumed)."""
+        self._write(
+            f"DELETE FROM {WAITS_TABLE} WHERE run_id = :run_id AND wait_key = :key AND "
+            "state = :state AND updated_at = :at",
+            run_id=wait.run_id,
+            key=wait.key,
+            state=wait.state,
+            at=wait.updated_at,
+        )
+
+    def reseal(self) -> tuple[int, dict[str, int]]:
+        """Seal every stored answer with the first key (see `_rotation`): how many were
+        written, and how many were left because their key is missing here, by key id."""
+        ring = keyring()
+        assert ring is not None
+        written, missing = 0, dict[str, int]()
+        rows = self._read(
+            f"SELECT run_id, wait_key, answer FROM {WAITS_TABLE} WHERE answer IS NOT NULL"
+        )
+        for run_id, key, stored in rows:
+            if is_sealed(stored) and sealed_key_id(stored) == ring.primary:
+                continue
+            if is_sealed(stored) and not ring.has(sealed_key_id(stored)):
+                key_id = sealed_key_id(stored)
+                missing[key_id] = missing.get(key_id, 0) + 1
+                continue
+            plain = (
+                open_sealed(stored, bind=run_id, run_id=run_id)
+                if is_sealed(stored)
+                else json.loads(stored)
+            )
+            written += self._write(
+                f"UPDATE {WAITS_TABLE} SET answer = :new WHERE run_id = :run_id AND "
+                "wait_key = :key AND answer = :old",
+                new=seal(plain, bind=run_id),
+                run_id=run_id,
+                key=key,
+                old=stored,
+            )[0]
+        return written, missing
 
 
-_watchers: dict[int, WaitWatcher] = {}
-_watchers_lock = threading.Lock()
+def live_status(
+    status_of: Callable[[str], str | None], waits: WaitBook
+) -> Callable[[str], str | None]:
+    """`status_of(run_id)` (a DBOS status), with "PARKED" for a run that is CANCELLED in DBOS
+    but parked at a wait: for the readers that must count such a run as live (a session's
+    holder, say)."""
+
+    def status(run_id: str) -> str | None:
+        found = status_of(run_id)
+        if found == "CANCELLED" and waits.is_parked(run_id):
+            return "PARKED"
+        return found
+
+    return status
 
 
-def watcher_for(sys_db: Any) -> WaitWatcher:
-    """The watcher of the launched DBOS's system database `sys_db` (one per launch)."""
-    with _watchers_lock:
-        watcher = _watchers.get(id(sys_db))
-        if watcher is None:
-            for old in _watchers.values():
-                old.stop()
-            _watchers.clear()
-            poll = notification_poll_interval(sys_db)
-            watcher = _watchers[id(sys_db)] = WaitWatcher(sys_db, poll)
-        return watcher
+def parked_in(conn: sa.Connection, run_ids: Sequence[str]) -> dict[str, Wait]:
+    """`WaitBook.parked` on an open connection to the run database (answers not opened:
+    `answer` is True for an answered wait). Raises the database's error if the table does not
+    exist yet."""
+    found: dict[str, Wait] = {}
+    ids = list(dict.fromkeys(run_ids))
+    for start in range(0, len(ids), 500):
+        query = sa.text(
+            f"SELECT run_id, wait_key, kind, state, answer, queue, detail, updated_at FROM "
+            f"{WAITS_TABLE} WHERE run_id IN :ids AND state IN ('parking', 'parked', "
+            "'resuming') ORDER BY updated_at"
+        ).bindparams(sa.bindparam("ids", expanding=True))
+        for row in conn.execute(query, {"ids": ids[start : start + 500]}).fetchall():
+            found[row[0]] = _wait(row, open_answer=False)  # the latest, if several
+    return found
 
 
-def stop_watchers() -> None:
-    """Stop every watcher (DBOS is shutting down in this process)."""
-    with _watchers_lock:
-        for watcher in _watchers.values():
-            watcher.stop()
-        _watchers.clear()
-
-
-def nudge_watchers() -> None:
-    """Make this process's watcher check its waiting runs now (one was just cancelled here)."""
-    with _watchers_lock:
-        for watcher in _watchers.values():
-            watcher.nudge()
+def _wait(row: Any, *, open_answer: bool = True) -> Wait:
+    run_id, key, kind, state, stored, queue, detail, updated = row
+    answer: Any = None
+    if stored is not None:
+        if not open_answer:
+            answer = True  # answered; its content is not read here
+        elif is_sealed(stored):
+            try:
+                answer = open_sealed(stored, bind=run_id, run_id=run_id)
+            except EncryptionKeyError:  # its key is missing here: the run waits for it
+                answer = SealedValue({}, sealed_key_id(stored))
+        else:
+            answer = json.loads(stored)
+    return Wait(
+        run_id,
+        key,
+        kind,
+        state,
+        answer,
+        queue,
+        json.loads(detail) if detail else None,
+        int(updated),
+    )

@@ -109,13 +109,13 @@ class Worker:
 
     def start(self) -> Worker:
         """Import the target, launch DBOS on the queue and start the heartbeat; returns self."""
-        if _dbos._instance() is not None:
+        if _dbos.instance() is not None:
             raise DurableSwarmError(
                 "DBOS is already set up in this process; a worker sets DBOS up itself. Start "
                 "the worker in a process of its own."
             )
         obj = load_target(self.target)
-        if _dbos._instance() is not None:
+        if _dbos.instance() is not None:
             raise DurableSwarmError(
                 f"Importing {self.target!r} set up or launched DBOS; a worker must do that "
                 "itself (to listen to its queue only). Do not call DurableSwarm.run/launch or "
@@ -259,7 +259,7 @@ def _exit_after(grace: float, worker: Worker) -> None:
     thread of a `concurrent.futures` pool, so for a step that goes on or a write that DBOS
     retries). A program that goes on after `run_worker` returned is left alone (a daemon
     thread: a process that exits in time never runs its end). Called as the worker stops."""
-    running = _dbos.running_runs() if _dbos._instance() is not None else []
+    running = _dbos.running_runs() if _dbos.instance() is not None else []
     deadline = time.monotonic() + grace
 
     def force() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import copy
 import inspect
 import json
@@ -25,7 +26,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import sqlalchemy as sa
 
@@ -73,18 +74,29 @@ from ._dbos import executor_for_tool, note_tool_time
 from ._engine import (
     DBOS,
     DBOS_DIR,
+    DBOSAwaitedWorkflowCancelledError,
     DBOSBaseException,
     DBOSWorkflowCancelledError,
     DBOSWorkflowConflictIDError,
     SetWorkflowID,
     StepOptions,
+    outside_run_async,
 )
 from ._failures import base_url_of, model_failure, without_retries
-from ._limits import LimitedCall, Limiter, call_limited, limiter_for, rate_limited_seconds
+from ._limits import (
+    LimitedCall,
+    Limiter,
+    Parker,
+    call_limited,
+    limiter_for,
+    rate_limited_seconds,
+)
 from ._log import (
     BUDGET_TOPIC,
     EVENTS_STREAM,
     INLINE_CHARS,
+    PARKED_JOINS,
+    PARKED_WAITS,
     WAITING_EVENT,
     WATCHED_WAITS,
     WORKFLOW_NAME,
@@ -96,13 +108,13 @@ from ._log import (
     result_output,
     stored_in_step,
 )
-from ._notices import Notices
+from ._parking import book, end_join, park, resume_at
 from ._sealing import SealedValue, require
 from ._sessions import SessionStore
 from ._spec import RunSpec, agent_ref, encode_target
 from ._swarms import DEFAULTS, SwarmSettings, registry
 from ._values import json_problem
-from ._waits import watcher_for
+from ._waits import MISSING, WaitBook, join_key, live_status, person_key
 
 logger = logging.getLogger("durable_swarm")
 # One line per run event (a worker prints them; elsewhere they are INFO records of this logger).
@@ -113,10 +125,6 @@ T = TypeVar("T")
 # waits were watched, see `durable._waits`).
 WAIT_SECONDS = 7 * 24 * 3600.0
 JOIN_POLL_SECONDS = 0.1
-# A run waiting for an agent this process lacks: how often it checks for its cancellation, and
-# after how long it goes back to its queue for a process that has the agent.
-CHECK_SECONDS = 5.0
-HAND_BACK_SECONDS = 10.0
 FAULT_RETRY_SECONDS = 5.0  # how often a run stopped by a database fault tries to go on
 RETRY_AFTER_CAP = 60.0  # the longest a 429 of a model without limits delays its step's retry
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -140,7 +148,6 @@ class RunHost:
         self.live_agents: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.bound: dict[str, SwarmSettings] = {}  # runs started here, while they execute
         self.run_traces: dict[str, tracing.Run] = {}  # spans of runs started here, not begun
-        self.problems: dict[str, str] = {}
 
     @property
     def default_client(self) -> Any:
@@ -189,7 +196,6 @@ class RunHost:
 
     def forget(self, run_id: str) -> None:
         self.live_agents.pop(run_id, None)
-        self.problems.pop(run_id, None)
 
     def lookup(self, run_id: str, ref: Mapping[str, Any]) -> Any:
         """The agent `ref` names: the object this run met in this process, else the registry."""
@@ -199,12 +205,8 @@ class RunHost:
         return _registry.resolve(ref["name"], ref.get("fingerprint"), run_id=run_id)
 
     async def await_agent(self, run_id: str, ref: Mapping[str, Any]) -> Any:
-        """`lookup`, waiting (without failing the run) until the agent's code is imported.
-
-        The run stays pending with a notice any process can read (`get_run(...).problem`); it
-        is checked for cancellation every few seconds, and handed back to its queue every
-        `HAND_BACK_SECONDS`, so a process that has the agent can take it and finish it.
-        """
+        """`lookup`; while this process has not got the agent's code, the run parks (see
+        `await_known`) and a process that has it resumes it."""
         name = ref["name"]
         agent = await self.await_known(run_id, lambda: self.lookup(run_id, ref), f'agent "{name}"')
         self.remember(run_id, agent)
@@ -212,50 +214,44 @@ class RunHost:
 
     async def await_key(self, run_id: str, value: Any, what: str) -> None:
         """Go on only if `value`, read from the run's log, was opened: a payload sealed with a
-        key this process has not got leaves the run pending as `await_agent` does (a notice,
-        then back to its queue for a process that has the key), never run on its readable
-        fields alone."""
+        key this process has not got parks the run as `await_agent` does (a process that has
+        the key resumes it), never run on its readable fields alone."""
         if isinstance(value, SealedValue):
             await self.await_known(run_id, lambda: require(value, run_id, what), "its key")
 
     async def await_known(self, run_id: str, lookup: Callable[[], Any], what: str) -> Any:
-        """`lookup()`, retried as `await_agent` waits while it raises `AgentNotFoundError` (or
-        `SwarmNotFoundError`, or `EncryptionKeyError`), until this process knows `what` it names
-        (an agent, a function of a handoff rule, a swarm, or the key of its stored data)."""
-        since = checked = time.monotonic()
-        noticed = False
-        while True:
+        """`lookup()`; while it raises `AgentNotFoundError` (or `SwarmNotFoundError`, or
+        `EncryptionKeyError`), this process does not know `what` it names (an agent, a function
+        of a handoff rule, a swarm, the key of the run's stored data): the run parks at a
+        `missing` wait, which says what it misses (`get_run(...).problem` in any process), and
+        the sweep of a process that knows it resumes it (`durable._sweeps`). Nothing is lost."""
+        try:
+            return lookup()
+        except (AgentNotFoundError, SwarmNotFoundError, EncryptionKeyError) as e:
+            notice = self._notice(run_id, what, e)
+            detail = {**missing_of(e, what), "notice": notice}
+        waits = book()
+        await asyncio.to_thread(waits.arrive, run_id, MISSING, "missing", detail)
+
+        async def known() -> bool:
             try:
-                found = lookup()
-            except (AgentNotFoundError, SwarmNotFoundError, EncryptionKeyError) as e:
-                if not noticed:
-                    noticed = True
-                    await asyncio.to_thread(self._notice, run_id, what, e)
-                now = time.monotonic()
-                if now - checked >= CHECK_SECONDS:  # a cancelled run must free its slot
-                    checked = now
-                    if await asyncio.to_thread(_dbos.run_status, run_id) == "CANCELLED":
-                        await asyncio.to_thread(self._clear_notice, run_id)
-                        raise DBOSWorkflowCancelledError(f"Run {run_id} was cancelled") from e
-                    handing = now - since >= HAND_BACK_SECONDS and _dbos.ownership() is not None
-                    token = _dbos.execution_token(run_id)  # this execution's, fenced
-                    if handing and await asyncio.to_thread(_dbos.hand_back, run_id, token):
-                        self.problems.pop(run_id, None)
-                        raise DBOSWorkflowConflictIDError(run_id) from e
-                await asyncio.sleep(0.2)
-                continue
-            self.problems.pop(run_id, None)
-            if noticed:
-                await asyncio.to_thread(self._clear_notice, run_id)
-            return found
+                lookup()
+            except (AgentNotFoundError, SwarmNotFoundError, EncryptionKeyError):
+                return False
+            return True
+
+        while not await known():
+            await park(run_id, MISSING, "missing", known, why=what, detail=detail)
+        return lookup()
 
     def _notice(
         self,
         run_id: str,
         what: str,
         error: AgentNotFoundError | SwarmNotFoundError | EncryptionKeyError,
-    ) -> None:
-        """Tell the log and every reader of the run that it waits for `what` (an agent...)."""
+    ) -> str:
+        """Tell the log that the run waits for `what`; returns the notice, which the run's
+        `missing` wait keeps for every reader (`get_run(...).problem`)."""
         if isinstance(error, SwarmNotFoundError):
             remedy = f"create DurableSwarm(..., name={error.swarm_name!r}) in a worker"
         elif isinstance(error, EncryptionKeyError):
@@ -267,25 +263,26 @@ class RunHost:
             f"stays pending and loses nothing. ({error})"
         )
         logger.warning("Run %s is %s", run_id, notice)
-        self.problems[run_id] = notice
-        url = _dbos.launched_url()
-        if url is not None:
-            try:
-                Notices(url).post(run_id, _dbos.executor_id(), notice)
-            except Exception as e:  # the notice is a courtesy: the wait goes on without it
-                logger.warning("Could not record the notice of run %s: %s", run_id, e)
-
-    def _clear_notice(self, run_id: str) -> None:
-        """Take back the notice of `run_id`, which goes on (or was cancelled)."""
-        url = _dbos.launched_url()
-        if url is not None:
-            try:
-                Notices(url).clear(run_id)
-            except Exception as e:  # a stale notice is pruned by the next post or clear
-                logger.warning("Could not clear the notice of run %s: %s", run_id, e)
+        return notice
 
 
 HOST = RunHost()
+# Set while the effects of a `Parallel` run at the same time (see `DurableRuntime.aparallel`).
+_IN_PARALLEL: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "durable_swarm_in_parallel", default=False
+)
+
+
+def missing_of(
+    error: AgentNotFoundError | SwarmNotFoundError | EncryptionKeyError, what: str
+) -> dict[str, Any]:
+    """What a run misses, as its `missing` wait records it (so a process that has it resumes
+    the run): `{"agent": name}`, `{"function": name}`, `{"swarm": name}` or `{"key": key id}`."""
+    if isinstance(error, SwarmNotFoundError):
+        return {"swarm": error.swarm_name}
+    if isinstance(error, EncryptionKeyError):
+        return {"key": error.key_id}
+    return {"function" if what.startswith("function") else "agent": error.agent_name}
 
 
 def _transient(error: BaseException) -> bool:
@@ -478,7 +475,7 @@ class DurableRuntime:
         tries = [0]  # attempts of the step in this execution (a 429 waits if one is left)
 
         what = f"The model client of agent {sender!r}"
-        gate = _drain.Admission(f"run {self.run_id}, step 'model:{sender}'")
+        gate = _drain.Admission(f"run {self.run_id}, step 'model:{sender}'", self.run_id)
 
         def output_of(completion: Any, span: Any) -> dict[str, Any]:
             message = model.completion_message(completion, sender, run_id=self.run_id)
@@ -504,7 +501,12 @@ class DurableRuntime:
                     limited[0], limited[1], self.run_id, f"{self.run_id}:{DBOS.step_id}",
                     sender, estimate_tokens(effect.request),
                 )  # fmt: skip
-                return await call_limited(self.limiter(), call, gate.aenter, gate.leave, attempt)
+                # Beside guardrails asked at the same time, a park would leave their steps
+                # running while the run is resumed elsewhere: the call waits here instead.
+                park_call = None if _IN_PARALLEL.get() else self._limit_parker(sender, DBOS.step_id)
+                return await call_limited(
+                    self.limiter(), call, gate.aenter, gate.leave, attempt, park_call
+                )
             await gate.aenter()  # a stopping process begins no new step (`_drain`)
             tries[0] += 1
             try:
@@ -558,6 +560,28 @@ class DurableRuntime:
         message: dict[str, Any] = output["message"]
         return message
 
+    def _limit_parker(self, sender: str, step_id: int | None) -> Parker:
+        """How the model step `step_id` of agent `sender` parks while its call waits for its
+        turn under a model limit (see `Limiter.admit`): a `limit` wait, resumed by this
+        process when the turn may have come (else by any process's sweep)."""
+        run_id = self.run_id
+
+        async def park_for(seconds: float, waiting: dict[str, Any]) -> None:
+            key = f"limit:{step_id}"
+            until = time.time() + seconds
+            detail = {"until": until, "rate_limit": {**waiting, "agent": sender}}
+            await asyncio.to_thread(book().arrive, run_id, key, "limit", detail)
+            resume_at(run_id, key, seconds)
+
+            async def never() -> bool:
+                return False
+
+            why = f"its turn under the model limit {waiting.get('key')!r}"
+            await park(run_id, key, "limit", never, why=why, detail=detail)
+            # (it returns only when the wait could not park: the caller asks for a turn again)
+
+        return park_for
+
     def limiter(self) -> Limiter:
         """The shared model limits of the run database."""
         url = _dbos.run_database_url()
@@ -584,7 +608,7 @@ class DurableRuntime:
         sender, compactor = effect.agent.name, self.settings.compactor
         requester = without_retries(self.client)
         model_name = effect.request.get("model")
-        gate = _drain.Admission(f"run {self.run_id}, step 'compact:{sender}'")
+        gate = _drain.Admission(f"run {self.run_id}, step 'compact:{sender}'", self.run_id)
 
         async def compact_step() -> dict[str, Any]:
             await gate.aenter()  # a stopping process begins no new step (`_drain`)
@@ -651,7 +675,8 @@ class DurableRuntime:
 
     async def await_input(self, effect: WaitForInput) -> Any:
         """A durable wait for the person: published as the run's `waiting_for` event, answered
-        by `send_input`/`approve`/`reject` from any process (a DBOS message)."""
+        by `send_input`/`approve`/`reject` from any process. The run parks until the answer
+        is in (see `durable._waits`): it holds nothing in any process meanwhile."""
         digest = arguments_digest(effect.call) if effect.call else None
         self._waits += 1
         waiting = {
@@ -662,13 +687,20 @@ class DurableRuntime:
             "tool_call": effect.call,
             "digest": digest,
         }
-        # Runs logged before waits were watched replay their plain `recv`: DBOS's patch marker,
-        # placed before the event (a wait of that release always recorded its event first).
+        # DBOS's patch markers keep the logs of earlier releases replaying as they were written:
+        # a plain `recv` (before WATCHED_WAITS), a `watch:` step and a `recv` (before
+        # PARKED_WAITS). A run of an earlier release waiting now takes the parked path.
         watched = await DBOS.patch_async(WATCHED_WAITS)
         await DBOS.set_event_async(WAITING_EVENT, waiting)
+        parked = watched and await DBOS.patch_async(PARKED_WAITS)
+        key = person_key(self._waits)
         while True:
-            if watched:
-                await DBOS.run_step_async({"name": f"watch:{effect.kind}"}, self._answered, effect)
+            if parked:
+                step: StepOptions = {"name": f"answer:{effect.kind}"}
+                message = await DBOS.run_step_async(step, self._answer, effect, key)
+                await asyncio.to_thread(book().leave, self.run_id, key)
+            elif watched:  # recorded by an earlier release: replayed, never executed
+                await DBOS.run_step_async({"name": f"watch:{effect.kind}"}, _watched)
                 message = await DBOS.recv_async(effect.kind, timeout_seconds=0)
             else:
                 message = await DBOS.recv_async(effect.kind, timeout_seconds=WAIT_SECONDS)
@@ -692,13 +724,31 @@ class DurableRuntime:
         await DBOS.set_event_async(WAITING_EVENT, None)
         return answer
 
-    async def _answered(self, effect: WaitForInput) -> None:
-        """The body of a `watch:<kind>` step: returns once an answer is in the database (this
-        process's `WaitWatcher` sees it); the run then takes it with `DBOS.recv`. Meanwhile the
-        run holds no slot of its worker, and takes one back before the step ends
-        (`_dbos.slot_given_back`)."""
-        async with _dbos.slot_given_back(self.run_id):
-            await watcher_for(_dbos.system_database()).wait(self.run_id, effect.kind)
+    async def _answer(self, effect: WaitForInput, key: str) -> Any:
+        """The body of an `answer:<kind>` step: the answer to the wait `key` if it is in, else
+        the run parks (DBOS records nothing for the step, which runs again once resumed)."""
+        waits = book()
+        await asyncio.to_thread(waits.arrive, self.run_id, key, effect.kind)
+
+        async def answered() -> bool:
+            again = await self._look(key)
+            return again is not None and again.answered
+
+        while True:
+            found = await self._look(key)
+            if found is not None and found.answered:
+                return found.answer
+            await park(self.run_id, key, effect.kind, answered, why=f"{effect.kind} from a person")
+
+    async def _look(self, key: str) -> Any:
+        """This run's wait `key` as the table has it; a person's cancellation ends the run."""
+        found = await asyncio.to_thread(book().look, self.run_id, key)
+        if found is not None and found.state == "cancelled":
+            await cancelled(self.run_id)
+        if found is not None and found.answered:
+            answer = found.answer
+            await HOST.await_key(self.run_id, answer, "an answer")
+        return found
 
     async def arecord(self, effect: Transition) -> None:
         """A handoff, recorded as a step of its own (visible in the run's timeline)."""
@@ -734,7 +784,7 @@ class DurableRuntime:
         the verdict, so the run's tally counts it on replay too."""
         name = f"guardrail:{effect.guardrail.name}"
         what = f"Guardrail {effect.guardrail.name!r}"
-        gate = _drain.Admission(f"run {self.run_id}, step '{name}'")
+        gate = _drain.Admission(f"run {self.run_id}, step '{name}'", self.run_id)
         used = Tally()
 
         async def ask(agent: Any, messages: list[dict[str, Any]]) -> str:
@@ -774,11 +824,15 @@ class DurableRuntime:
         the next ones, so the log's step order is the same however the two interleave."""
         call, *checks = effect.effects
         reserved = [DBOS.reserve_step() for _ in checks]
-        results = await asyncio.gather(
-            self.acall_model(call),
-            *(self.acheck_guardrail(c, r) for c, r in zip(checks, reserved, strict=True)),
-            return_exceptions=True,
-        )
+        together = _IN_PARALLEL.set(True)  # its model call waits for a limit, never parks
+        try:
+            results = await asyncio.gather(
+                self.acall_model(call),
+                *(self.acheck_guardrail(c, r) for c, r in zip(checks, reserved, strict=True)),
+                return_exceptions=True,
+            )
+        finally:
+            _IN_PARALLEL.reset(together)
         return _unless_failed(list(results))
 
     async def acall_tool(self, effect: ToolInvocation) -> ToolOutcome:
@@ -816,7 +870,7 @@ class DurableRuntime:
             return payload
 
         what, context = f"Tool {name!r}", effect.context_variables
-        gate = _drain.Admission(f"run {self.run_id}, step 'tool:{name}'")
+        gate = _drain.Admission(f"run {self.run_id}, step 'tool:{name}'", self.run_id)
 
         # Spans are made inside the steps: a step replayed from the log makes none.
         async def tool_step() -> dict[str, Any]:
@@ -933,13 +987,71 @@ class DurableRuntime:
         child = self._children[id(effect.call)]
         if isinstance(child, dict):
             return ToolOutcome(child, effect.context_variables)
-        # While the sub-agent (and every other run of this tree) waits for a person, this
-        # run's worker slot serves other runs.
-        async with _dbos.slot_given_back(self.run_id, joins=child.get_workflow_id()):
+        child_id = child.get_workflow_id()
+        if await DBOS.patch_async(PARKED_JOINS):
+            output = await DBOS.run_step_async({"name": f"join:{child_id}"}, self._joined, child)
+        else:  # recorded by an earlier release (a `DBOS.getResult` step): replayed
             output = await child.get_result(polling_interval_sec=JOIN_POLL_SECONDS)
         self.tally.merge(Tally.from_json(output.get("usage")))
         answer = final_answer(output.get("messages") or [])
         return ToolOutcome(tool_message(effect.call, answer), effect.context_variables)
+
+    async def _joined(self, child: Any) -> Any:
+        """The body of a `join:<child>` step: the sub-agent run's result (its error raised),
+        once it ends. While it waits for a person (it parked), this run parks too, and the
+        sub-agent's end resumes it (`end_join`)."""
+        child_id = str(child.get_workflow_id())
+        key = join_key(child_id)
+        waits = book()
+        handle = child
+        while True:
+            try:
+                output = await _result_outside_run(handle)
+            except DBOSAwaitedWorkflowCancelledError:
+                if not await asyncio.to_thread(waits.is_parked, child_id):
+                    raise  # cancelled by a person: the join's recorded error, as DBOS's own
+            else:
+                await asyncio.to_thread(waits.leave, self.run_id, key)
+                return output
+            await asyncio.to_thread(waits.arrive, self.run_id, key, "join")
+            found = await self._look(key)
+            if found is None or not found.answered:
+
+                async def ended() -> bool:
+                    again = await self._look(key)
+                    if again is not None and again.answered:
+                        return True
+                    return not await asyncio.to_thread(waits.is_parked, child_id)
+
+                why = f"its sub-agent run {child_id}"
+                await park(self.run_id, key, "join", ended, why=why)
+            # it ended (or runs again) meanwhile: read its result through the database
+            handle = await outside_run_async(DBOS.retrieve_workflow, child_id)
+
+
+async def _result_outside_run(handle: Any) -> Any:
+    """`await handle.get_result()` in a task of its own with an empty context, so that DBOS
+    records no `DBOS.getResult` step for it (the caller's step records the result)."""
+    waiting = contextvars.Context().run(
+        asyncio.ensure_future, handle.get_result(polling_interval_sec=JOIN_POLL_SECONDS)
+    )
+    return await waiting
+
+
+async def cancelled(run_id: str) -> NoReturn:
+    """A person cancelled `run_id` (its wait says so): make sure DBOS shows it cancelled, and
+    end this execution without recording anything more."""
+    await outside_run_async(DBOS.cancel_workflow, run_id)
+    raise DBOSWorkflowCancelledError(f"Run {run_id} was cancelled")
+
+
+async def _watched() -> None:
+    """The body of a `watch:<kind>` step of a log recorded by an earlier release (such steps
+    are only ever replayed: the wait that reaches this point now parks instead)."""
+    raise DurableSwarmError(
+        "A `watch:` step of an earlier release ran again instead of replaying; this run's log "
+        "does not match its code. Report it with the run's id."
+    )
 
 
 async def sync_step(
@@ -977,7 +1089,8 @@ async def run_workflow(stored: dict[str, Any]) -> dict[str, Any]:
     run's spec as `RunSpec.to_json` (or an earlier release) wrote it."""
     run_id = DBOS.workflow_id
     assert run_id is not None
-    _dbos.note_entered(run_id)  # DBOS lists it as running now (see `_dbos.busy_runs`)
+    _dbos.note_entered(run_id)  # it runs here now (see `_dbos.busy_runs` and `_dbos.admit`)
+    spec: RunSpec | None = None
     try:
         await HOST.await_key(run_id, stored, "its input")
         spec = RunSpec.from_json(stored)
@@ -986,15 +1099,31 @@ async def run_workflow(stored: dict[str, Any]) -> dict[str, Any]:
         )
         output = await _checked(run_id, spec)
     except (DBOSWorkflowCancelledError, DBOSWorkflowConflictIDError):
-        raise  # cancelled (its canceller says so), or handed back to be run again
+        raise  # parked or cancelled, or put back to be run again: it has not ended
     except Exception as e:
         reason = (str(e).splitlines() or [""])[0][:200]
         run_log.info("run %s failed: %s: %s", run_id, type(e).__name__, reason)
+        await _ended(run_id, spec)
         raise
     finally:
         HOST.finished_here(run_id)
+        _dbos.note_left(run_id)
     run_log.info("run %s succeeded", run_id)
+    await _ended(run_id, spec)
     return output
+
+
+async def _ended(run_id: str, spec: RunSpec | None) -> None:
+    """`run_id` ends (its outcome is recorded next): a sub-agent run resumes its parent if the
+    parent parked waiting for it. Done before the outcome is recorded, so a crash in between
+    leaves the parent resumed (it then reads the result once this run, recovered, records it),
+    never parked for good."""
+    if spec is None or not spec.parent:
+        return
+    try:
+        await asyncio.to_thread(end_join, spec.parent, run_id)
+    except Exception as e:  # the run's outcome comes first; its parent's sweep retries
+        logger.warning("Run %s could not resume its parent run %s: %s", run_id, spec.parent, e)
 
 
 async def _checked(run_id: str, spec: RunSpec) -> dict[str, Any]:
@@ -1015,20 +1144,22 @@ async def _checked(run_id: str, spec: RunSpec) -> dict[str, Any]:
 
 
 async def _handed_back_after_fault(run_id: str) -> bool:
-    """Wait until the run database takes writes again, then put `run_id` back on its queue to
-    be run again from its last checkpoint (this execution, which may have lost a write, ends
-    without recording anything). True once it is back on its queue, or no longer this process's
-    to hand back (another process took it over, or it was cancelled); False if DBOS stopped
-    here meanwhile (the run is then recovered like any other)."""
+    """Wait until the run database takes writes again (and this process's ownership is
+    confirmed), then put `run_id` back on its queue to be run again from its last checkpoint
+    (this execution, which may have lost a write, ends without recording anything). True once
+    it is back on its queue, or no longer this process's to put back (another process took it
+    over, or it was cancelled); False if DBOS stopped here meanwhile (the run is then recovered
+    like any other)."""
     delay = 0.5
-    token = _dbos.execution_token(run_id)  # moves the run only while this execution owns it
     while _dbos.launched_url() is not None:
         try:
-            await asyncio.to_thread(_dbos.hand_back, run_id, token)
-            return True
+            moved = await asyncio.to_thread(_dbos.put_back, run_id, execution=True)
         except sa.exc.DBAPIError:
-            await asyncio.sleep(delay)  # the fault is still there
-            delay = min(delay * 2, FAULT_RETRY_SECONDS)
+            moved = None  # the fault is still there
+        if moved is not None:
+            return True
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, FAULT_RETRY_SECONDS)
     return False
 
 
@@ -1062,9 +1193,12 @@ async def _run(run_id: str, spec: RunSpec) -> dict[str, Any]:
     runtime = DurableRuntime(run, spec, settings, trace)
     try:
         response = await adrive(turn_loop(run), runtime)
-    finally:
-        if run.stream:
+    except Exception:
+        if run.stream:  # the run failed: its stream ends (a parked run's goes on once resumed)
             await DBOS.close_stream_async(EVENTS_STREAM)
+        raise
+    if run.stream:
+        await DBOS.close_stream_async(EVENTS_STREAM)
     typed = response.output  # the answer of `response.agent`, in its output_type
     result = result_output(
         runtime.compact(response.messages),
@@ -1092,7 +1226,8 @@ async def _finish_session(
     def finish() -> dict[str, Any]:
         url = _dbos.run_database_url()  # the app's own DBOS: its system database
         assert url is not None
-        added = SessionStore(url, _dbos.run_status).finish(name, run_id, messages, version)
+        store = SessionStore(url, live_status(_dbos.run_status, WaitBook(url)))
+        added = store.finish(name, run_id, messages, version)
         return {"session": name, "messages": len(messages), "added": added}
 
     async def finish_step() -> dict[str, Any]:

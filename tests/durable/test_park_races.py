@@ -1,0 +1,137 @@
+"""The races around a parked run (SQLite and PostgreSQL): a person's cancel is never undone by a
+resume won before it; a person's resume of a cancelled waiting run, then the answer, resumes it
+once; and the ownership gate lets only the newest execution of a run here begin a step, and
+none of a process taken for dead whose run went elsewhere."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+
+from _support.wait import wait_for
+from durable_swarm import Agent, ask_user
+from durable_swarm.durable import _dbos, _parking
+from durable_swarm.durable._engine import DBOS
+from durable_swarm.durable._waits import WaitBook, person_key
+from durable_swarm.errors import RunCancelledError
+from durable_swarm.testing import ScriptedClient, ToolCall, calls, text
+
+ASKER = Agent(name="park-race-asker", instructions="Ask.", functions=[ask_user])
+
+
+def _script(messages: list[dict[str, Any]], tools: Any) -> Any:
+    if messages[-1].get("role") == "tool":
+        return text(f"Hello {messages[-1]['content']}.")
+    return calls(ToolCall("ask_user", {"question": "Name?"}))
+
+
+def _parked(swarm: Any, run_id: str) -> None:
+    wait_for(
+        lambda: (
+            swarm.runs.waits.parked([run_id]).get(run_id) is not None
+            and DBOS.get_workflow_status(run_id).status == "CANCELLED"
+        ),
+        "the run to park",
+    )
+
+
+def test_a_cancel_after_someone_won_the_resume_is_not_undone(
+    durable_swarm_factory: Any, run_id: str
+) -> None:
+    swarm = durable_swarm_factory(ScriptedClient(_script))
+    handle = swarm.start(ASKER, [{"role": "user", "content": "hi"}], run_id=run_id)
+    _parked(swarm, run_id)
+    waits: WaitBook = swarm.runs.waits
+    # An answerer wins the resume (its statement turns the wait to `resuming`) ...
+    won = waits.answer(run_id, person_key(1), "input", {"text": "Ada", "by": None, "at": ""})
+    assert won is not None and won.state == "resuming"
+    # ... a person cancels the run before the answerer resumes it ...
+    swarm.cancel(run_id)
+    # ... and the answerer's resume comes after: the run stays cancelled.
+    _parking.resume(DBOS, won, waits)
+    with pytest.raises(RunCancelledError):
+        handle.result()
+    assert swarm.get_run(run_id).status == "cancelled"
+    assert DBOS.get_workflow_status(run_id).status == "CANCELLED"
+
+
+def test_a_resumed_cancelled_run_waits_again_and_one_answer_finishes_it(
+    durable_swarm_factory: Any, run_id: str
+) -> None:
+    swarm = durable_swarm_factory(ScriptedClient(_script))
+    handle = swarm.start(ASKER, [{"role": "user", "content": "hi"}], run_id=run_id)
+    _parked(swarm, run_id)
+    swarm.cancel(run_id)
+    with contextlib.suppress(RunCancelledError):
+        handle.result()
+    swarm.resume(run_id)  # its wait waits again, live: an answer now does not resume it twice
+    wait_for(lambda: swarm.get_run(run_id).status == "waiting_for_input", "the question again")
+    swarm.send_input(run_id, "Ada")
+    assert swarm.handle(run_id).result().messages[-1]["content"] == "Hello Ada."
+    info = swarm.get_run(run_id)
+    assert [s.kind for s in info.steps].count("wait") == 1
+    assert [s.kind for s in info.steps].count("model") == 2
+
+
+class _Ownership:
+    """What `_dbos.admit` reads of this process's ownership (a stand-in)."""
+
+    def __init__(self) -> None:
+        self.lost = 0
+        self.executor_id = "me"
+        self.is_stopping = False
+        self.ok = True
+
+    def confirmed(self) -> bool:
+        return self.ok
+
+
+def test_only_the_newest_execution_of_a_run_here_begins_a_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_dbos, "_ownership", _Ownership())
+    stale = _dbos.Execution("run-a", 0)
+    newest = _dbos.Execution("run-a", 0)
+    monkeypatch.setitem(_dbos._newest, "run-a", newest)
+    token = _dbos._execution.set(newest)
+    try:
+        assert _dbos.admit("run-a") == _dbos.Admission.GO
+    finally:
+        _dbos._execution.reset(token)
+    own = _dbos._ownership
+    own.ok = False  # paused: the slow path decides once it is confirmed again
+
+    def confirm(seconds: float) -> None:
+        own.ok = True
+
+    monkeypatch.setattr(_dbos.time, "sleep", confirm)
+    token = _dbos._execution.set(stale)
+    try:
+        assert _dbos.admit("run-a") == _dbos.Admission.LOST  # a second execution beside it
+    finally:
+        _dbos._execution.reset(token)
+
+
+def test_an_execution_of_a_process_taken_for_dead_begins_no_step_of_a_run_gone_elsewhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    own = _Ownership()
+    monkeypatch.setattr(_dbos, "_ownership", own)
+    execution = _dbos.Execution("run-b", 0)
+    monkeypatch.setitem(_dbos._newest, "run-b", execution)
+    own.lost = 1  # taken for dead since it began: its runs were taken over
+
+    class Status:
+        status, executor_id = "PENDING", "someone-else"
+
+    monkeypatch.setattr(_dbos, "outside_run", lambda call, run_id: Status())
+    token = _dbos._execution.set(execution)
+    try:
+        assert _dbos.admit("run-b") == _dbos.Admission.LOST
+        Status.executor_id = "me"  # taken from the queue after the takeover: still its own
+        assert _dbos.admit("run-b") == _dbos.Admission.GO
+        assert execution.epoch == 1
+    finally:
+        _dbos._execution.reset(token)
