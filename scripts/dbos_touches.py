@@ -2,7 +2,8 @@
 
 Usage: python scripts/dbos_touches.py [PATH ...]   (default: src/durable_swarm)
 
-Prints one line per touch, `file:line  kind  detail`, then the count per kind and in all.
+Prints one line per touch, `file:line  kind  detail`, then the count per kind and in all, and
+the count of places (a file's SQL on DBOS's tables counted once).
 AST-based; the kinds are:
 
 * private-import: `import dbos._x`, `from dbos._x import ...`, `from dbos import _x`.
@@ -278,6 +279,13 @@ def main(argv: list[str]) -> int:
     for kind, count in sorted(Counter(t.kind for t in found).items()):
         print(f"{kind:<14} {count}")
     print(f"{'total':<14} {len(found)}")
+    # The same touches as places in the code: each non-SQL touch on its own, and the SQL of one
+    # file as one place (its queries depend on DBOS's schema together, through one set of
+    # table definitions).
+    places = {(t.path, t.line) for t in found if t.kind != "sql"}
+    places |= {(t.path, 0) for t in found if t.kind == "sql"}
+    sql_files = sorted({t.path for t in found if t.kind == "sql"})
+    print(f"{'places':<14} {len(places)} (SQL counted once per file: {', '.join(sql_files)})")
     return 0
 
 
