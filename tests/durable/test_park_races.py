@@ -28,9 +28,11 @@ def _script(messages: list[dict[str, Any]], tools: Any) -> Any:
 
 
 def _parked(swarm: Any, run_id: str) -> None:
+    # `parked`, not `parking`: the run has cancelled itself and marked its wait (an answer to a
+    # wait still `parking` leaves the resume to the run, which is about to look again).
     wait_for(
         lambda: (
-            swarm.runs.waits.parked([run_id]).get(run_id) is not None
+            getattr(swarm.runs.waits.parked([run_id]).get(run_id), "state", None) == "parked"
             and DBOS.get_workflow_status(run_id).status == "CANCELLED"
         ),
         "the run to park",

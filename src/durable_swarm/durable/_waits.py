@@ -444,13 +444,18 @@ class WaitBook:
 
     def stale(self, passing_s: float, others_s: float, limit: int = 500) -> list[Wait]:
         """The live waits a sweep looks at: `missing` and `limit` ones untouched for
-        `passing_s` seconds, and any other untouched for `others_s` (by the database's clock).
-        Answers are not opened."""
+        `passing_s` seconds, and any other untouched for `others_s` (by the database's clock),
+        but for a parked wait for a person with no answer yet (only its answer moves it, and
+        its answerer resumes it: thousands of runs waiting for people must not crowd the
+        others out of the `limit` rows read). `missing` and `limit` ones first. Answers are not
+        opened."""
         rows = self._read(
             f"SELECT run_id, wait_key, kind, state, answer, queue, detail, updated_at FROM "
             f"{WAITS_TABLE} WHERE state IN ('waiting', 'parking', 'parked', 'resuming') AND "
             f"updated_at <= {self._now} - CASE WHEN kind IN ('missing', 'limit') THEN "
-            ":passing ELSE :others END ORDER BY updated_at LIMIT :n",
+            ":passing ELSE :others END AND NOT (state = 'parked' AND answer IS NULL AND kind "
+            "IN ('input', 'approval')) ORDER BY CASE WHEN kind IN ('missing', 'limit') THEN 0 "
+            "ELSE 1 END, updated_at LIMIT :n",
             passing=int(passing_s * 1000),
             others=int(others_s * 1000),
             n=limit,
