@@ -48,7 +48,7 @@ from typing import Any
 from _common import current_rss_mb, databases, emit, print_table, run_worker
 from dbos import DBOS, SetWorkflowID
 
-from durable_swarm import Agent, DurableSwarm, ask_user
+from durable_swarm import Agent, DurableClient, DurableSwarm, ask_user
 from durable_swarm.testing import Reply, ScriptedClient, ToolCall, calls, text
 
 QUESTION = "What is your name?"
@@ -290,32 +290,50 @@ def worker_main(args: argparse.Namespace) -> None:
 
 
 def sender_main(args: argparse.Namespace) -> None:
-    swarm = DurableSwarm(
-        database_url=args.db, executor_id=f"bench-sender-{uuid.uuid4().hex[:6]}"
-    ).launch()
+    """Answer the sampled runs one at a time. Durable runs are answered as an app's API process
+    answers them: through a thin `DurableClient`, which launches no DBOS (a process that
+    launched DBOS without the agents would serve DBOS's queue too, and a run resumed there
+    would park for its missing agent until a worker's sweep moves it on)."""
+    if args.kind == "bare":
+        DurableSwarm(
+            database_url=args.db, executor_id=f"bench-sender-{uuid.uuid4().hex[:6]}"
+        ).launch()
+    client = DurableClient(args.db) if args.kind != "bare" else None
     send, resumed, finished = [], [], []
     for run_id in json.loads(args.runs_json):
         t0 = time.perf_counter()
-        if args.kind == "bare":
+        if client is None:
             DBOS.send(run_id, {"text": "Ada"}, topic="input")
         else:
-            swarm.send_input(run_id, "Ada")
+            client.send_input(run_id, "Ada")
         t1 = time.perf_counter()
-        while DBOS.get_all_events(run_id).get("waiting_for"):
-            time.sleep(0.001)
-        t2 = time.perf_counter()
-        while (status := DBOS.get_workflow_status(run_id)) is None or status.status != "SUCCESS":
-            if status is not None and status.status not in ("PENDING", "ENQUEUED", "CANCELLED"):
-                raise SystemExit(f"run {run_id} ended {status.status}")
-            time.sleep(0.001)
+        if client is None:
+            while DBOS.get_all_events(run_id).get("waiting_for"):
+                time.sleep(0.001)
+            t2 = time.perf_counter()
+            while (status := DBOS.get_workflow_status(run_id)) is None or (
+                status.status != "SUCCESS"
+            ):
+                if status is not None and status.status not in ("PENDING", "ENQUEUED"):
+                    raise SystemExit(f"run {run_id} ended {status.status}")
+                time.sleep(0.001)
+        else:
+            while (info := client.get_run(run_id)).status == "waiting_for_input":
+                time.sleep(0.001)
+            t2 = time.perf_counter()
+            while info.status != "succeeded":
+                if info.status not in ("pending", "queued", "running", "waiting_for_input"):
+                    raise SystemExit(f"run {run_id} ended {info.status}")
+                time.sleep(0.001)
+                info = client.get_run(run_id)
         t3 = time.perf_counter()
         send.append(t1 - t0)
         resumed.append(t2 - t1)
         finished.append(t3 - t1)
-    if args.kind == "bare":
+    if client is None:
         if (output := DBOS.get_workflow_status(run_id).output) != "Ada":  # type: ignore[union-attr]
             raise SystemExit(f"unexpected end of bare run {run_id}: {output!r}")
-    elif (last := swarm.get_run(run_id)).messages[-1]["content"] != "Hello Ada.":
+    elif (last := client.get_run(run_id)).messages[-1]["content"] != "Hello Ada.":
         raise SystemExit(f"unexpected end of run {run_id}: {last.messages[-1]}")
     emit({"send": send, "resumed": resumed, "finished": finished})
     os._exit(0)  # no DBOS shutdown wait
@@ -422,8 +440,17 @@ def main() -> None:
         if (label, "durable") in results and (label, "bare") not in results:
             r = results[label, "durable"]
             top = list(r["thread_cpu_pct"].items())[:6]
+            empty = results.get((label, "none"))
+            held = ""
+            if empty is not None:
+                kb = 1024 * (r["rss_mb"] - empty["rss_mb"]) / args.runs
+                held = (
+                    f"RSS {r['rss_mb']:.1f} MB against {empty['rss_mb']:.1f} MB with no run "
+                    f"({kb:.2f} KB per waiting run), idle CPU with no run "
+                    f"{100 * empty['cpu_seconds'] / empty['window']:.2f}% of a core; "
+                )
             print(
-                f"[{label}] durable, no baseline: idle CPU "
+                f"[{label}] durable, no bare baseline: {held}idle CPU "
                 f"{100 * r['cpu_seconds'] / r['window']:.2f}% of a core, "
                 f"{r['statements_per_s']:.0f} statements/s, resumed in "
                 f"{ms(r['resumed'], 0.5)}/{ms(r['resumed'], 1.0)} ms (p50/max), by thread: "
