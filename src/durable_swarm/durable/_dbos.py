@@ -35,7 +35,7 @@ from ._ownership import Ownership, new_executor_id, timing
 from ._sealing import keyring
 from ._sweeper import stop_sweeper
 from ._tables import engine_for
-from ._waits import WaitBook
+from ._waits import IN_RUN, WaitBook
 
 __all__ = [
     "APPLICATION_VERSION",
@@ -490,6 +490,7 @@ def note_entered(run_id: str) -> None:
     own = _ownership
     execution = Execution(run_id, own.lost if own is not None else 0)
     _execution.set(execution)  # in the workflow's task: its steps' contexts copy it
+    IN_RUN.set(True)
     with _taken_lock:
         _taken.pop(run_id, None)
         _executions[run_id] = _executions.get(run_id, 0) + 1

@@ -50,8 +50,10 @@ those cancelled by a person, and every reader of the library shows them as waiti
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -78,6 +80,21 @@ __all__ = [
 ]
 
 logger = logging.getLogger("durable_swarm")
+# Set in the task of each run's execution (`_dbos.note_entered`; its steps' threads copy it):
+# the waits table's statements made by a run are retried after a lost connection.
+IN_RUN: contextvars.ContextVar[bool] = contextvars.ContextVar("durable_swarm_in_run", default=False)
+RETRY_SECONDS = 30.0
+
+
+def _transient(error: sa.exc.DBAPIError, url: str) -> bool:
+    """Whether `error` is a lost or refused connection to PostgreSQL (worth trying again), not
+    a missing table or a statement the database refused."""
+    if missing_table(error):
+        return False
+    if error.connection_invalidated:
+        return True
+    return url.startswith("postgresql") and isinstance(error, sa.exc.OperationalError)
+
 
 WAITS_TABLE = "durable_swarm_waits"
 KINDS = ("input", "approval", "join", "missing", "limit")
@@ -176,10 +193,35 @@ class WaitBook:
         """Create the table if it is missing (a process launching DBOS on the database)."""
         self._engine()
 
+    def _retrying(self, call: Callable[[], Any]) -> Any:
+        """`call()`; inside a run's execution (`IN_RUN`), again after a lost connection to
+        PostgreSQL (for up to `RETRY_SECONDS`): a run parking or taking its answer while the
+        database is cut off for a moment must not record that as its failure. Every statement
+        of the run's side is safe to repeat (see each). Elsewhere (a sweep in the heartbeat
+        thread, an answerer, a reader) the error is raised at once."""
+        deadline = time.monotonic() + RETRY_SECONDS
+        pause = 0.1
+        while True:
+            try:
+                return call()
+            except sa.exc.DBAPIError as e:
+                if not (IN_RUN.get() and _transient(e, self._url)):
+                    raise
+                if time.monotonic() + pause > deadline:
+                    raise
+                logger.warning(
+                    "durable-swarm: the waits table is unreachable (%s); retrying", e.orig
+                )
+                time.sleep(pause)
+                pause = min(2.0, pause * 2)
+
     def _write(self, sql: str, **params: Any) -> list[Any]:
-        with self._engine().begin() as conn:
-            result = conn.execute(sa.text(sql), params)
-            return list(result.fetchall()) if result.returns_rows else [result.rowcount]
+        def write() -> list[Any]:
+            with self._engine().begin() as conn:
+                result = conn.execute(sa.text(sql), params)
+                return list(result.fetchall()) if result.returns_rows else [result.rowcount]
+
+        return self._retrying(write)
 
     def _changed(self, sql: str, **params: Any) -> bool:
         """`_write` of one conditional statement: whether it changed a row."""
@@ -187,9 +229,12 @@ class WaitBook:
         return bool(rows and rows[0])
 
     def _read(self, sql: str, **params: Any) -> list[Any]:
-        try:
+        def read() -> list[Any]:
             with engine_for(self._url).connect() as conn:
                 return list(conn.execute(sa.text(sql), params).fetchall())
+
+        try:
+            return self._retrying(read)
         except sa.exc.DBAPIError as e:
             if missing_table(e):
                 return []  # no run ever waited on this database
