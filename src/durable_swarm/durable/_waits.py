@@ -196,8 +196,10 @@ class WaitBook:
     def _retrying(self, call: Callable[[], Any]) -> Any:
         """`call()`; inside a run's execution (`IN_RUN`), again after a lost connection to
         PostgreSQL (for up to `RETRY_SECONDS`): a run parking or taking its answer while the
-        database is cut off for a moment must not record that as its failure. Every statement
-        of the run's side is safe to repeat (see each). Elsewhere (a sweep in the heartbeat
+        database is cut off for a moment must not record that as its failure. The run's
+        statements are safe to repeat: an insert that does nothing on a conflict, updates
+        conditional on the state (a repeat that finds it moved changes nothing and says so, as
+        a race would), deletes and reads. Elsewhere (a sweep in the heartbeat
         thread, an answerer, a reader) the error is raised at once."""
         deadline = time.monotonic() + RETRY_SECONDS
         pause = 0.1
