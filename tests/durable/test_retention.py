@@ -128,6 +128,12 @@ def mixed(swarm: DurableSwarm) -> Iterator[tuple[DurableSwarm, dict[str, str]]]:
     for run_id, status in (("ask", "waiting_for_input"), ("pay", "waiting_for_approval")):
         _wait(swarm, run_id, status)
     _wait(swarm, "cancelled", "cancelled")
+    # A run cancelled as it reached its wait may still be finishing its park (its wait live
+    # for a moment, which retention rightly leaves alone): wait until it has ended.
+    deadline = time.monotonic() + 60
+    while "cancelled" in WaitBook(swarm.database_url).live_run_ids():
+        assert time.monotonic() < deadline, "the cancelled run never left its wait"
+        time.sleep(0.02)
     yield swarm, runs
 
 

@@ -102,7 +102,12 @@ def test_many_waiting_runs_are_parked_and_cost_nothing(
     ids = [handle.run_id for handle in handles]
     for run_id in ids:
         wait_status(swarm, run_id, "waiting_for_input")
-    wait_for(lambda: len(_waits().parked(ids)) == RUNS, f"{RUNS} parked waits")
+    # `parked()` counts a wait still `parking` (its run is about to cancel itself): wait for
+    # every run to have cancelled itself and marked its wait parked.
+    wait_for(
+        lambda: [w.state for w in _waits().parked(ids).values()] == ["parked"] * RUNS,
+        f"{RUNS} parked waits",
+    )
     statuses = {r.workflow_id: r.status for r in swarm.runs.source.list_workflows(workflow_ids=ids)}
     assert set(statuses.values()) == {"CANCELLED"}  # in DBOS: nothing executes, nothing queued
     assert {swarm.get_run(run_id).status for run_id in ids} == {"waiting_for_input"}
