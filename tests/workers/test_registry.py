@@ -197,6 +197,9 @@ class Runs:
         del self.owned[run_id]
         return True
 
+    def settle(self) -> None:
+        pass
+
 
 def test_a_run_that_stopped_here_is_put_back_after_two_looks_and_a_busy_one_never(
     tmp_path: Path,

@@ -81,9 +81,14 @@ T = TypeVar("T")
 # process asked for, see `_register_recovery_queue`) makes each process take only that many at
 # a time, so a dead process's runs spread over the live ones. Its queue thread looks every
 # RECOVERY_POLL_SECONDS: runs land on it only at a takeover, and each look is a few
-# transactions in every process of the fleet, idle or not.
+# transactions in every process of the fleet, idle or not. While it holds runs that wait, it is
+# looked at every RECOVERY_HURRY_SECONDS (its polling interval is one value for the fleet, in
+# DBOS's queue table: the taker sets it, and sets it back once the queue is empty, see
+# `_Keeper.hurry` and `_Keeper.settle`), so a process takes its next share as soon as it has
+# free slots instead of seconds later.
 RECOVERY_QUEUE = "durable_swarm_recovered"
 RECOVERY_POLL_SECONDS = 5.0
+RECOVERY_HURRY_SECONDS = 0.5
 RECOVERY_SLOTS_ENV = "DURABLE_SWARM_RECOVERY_SLOTS"
 DEFAULT_RECOVERY_SLOTS = 100
 
@@ -569,6 +574,8 @@ def recover_runs_of(executor_id: str, source: Any = None) -> int:
         by_queue.setdefault(queue, []).append(run.workflow_id)
     count = 0
     for queue, run_ids in sorted(by_queue.items()):
+        if queue == RECOVERY_QUEUE:
+            _KEEPER.hurry(client)
         for start in range(0, len(run_ids), RECOVERY_BATCH):
             own = _ownership
             if own is not None and not own.confirmed():
@@ -577,6 +584,28 @@ def recover_runs_of(executor_id: str, source: Any = None) -> int:
             client.resume_workflows(batch, queue_name=queue)
             count += len(batch)
     return count
+
+
+def _set_recovery_poll(client: DBOSClient, seconds: float) -> None:
+    """Set `RECOVERY_QUEUE`'s polling interval (DBOS's public queue setting, read by every
+    process's queue thread before each look) to `seconds`, unless it is that already or the
+    queue is not registered (an app that launched DBOS itself under its own name)."""
+    queue = client.retrieve_queue(RECOVERY_QUEUE)
+    if queue is not None and queue.polling_interval_sec != seconds:
+        queue.set_polling_interval_sec(seconds)
+
+
+def _recovery_queued(client: DBOSClient) -> bool:
+    """Whether a run of this application version waits on `RECOVERY_QUEUE` to be taken."""
+    found = client.list_workflows(
+        queue_name=RECOVERY_QUEUE,
+        status="ENQUEUED",
+        app_version=APPLICATION_VERSION,
+        limit=1,
+        load_input=False,
+        load_output=False,
+    )
+    return bool(found)
 
 
 class _Keeper:
@@ -590,6 +619,9 @@ class _Keeper:
         self._client: DBOSClient | None = None
         self._url: str | None = None
         self._lock = threading.Lock()
+        # Whether `RECOVERY_QUEUE` may be hurried (see `hurry`); True at first, so a process
+        # that starts sets back an interval a dead taker left hurried.
+        self._hurrying = True
 
     def client(self) -> DBOSClient:
         url = run_database_url()
@@ -608,6 +640,30 @@ class _Keeper:
 
     def recover(self, executor_id: str) -> int:
         return recover_runs_of(executor_id, self.client())
+
+    def hurry(self, client: DBOSClient) -> None:
+        """Runs are about to go on `RECOVERY_QUEUE`: every process looks at it every
+        `RECOVERY_HURRY_SECONDS` (from its next look) until `settle` finds it empty. Set
+        before the runs are queued, so a `settle` elsewhere that finds the queue empty just
+        before sees them at its second look."""
+        self._hurrying = True
+        _set_recovery_poll(client, RECOVERY_HURRY_SECONDS)
+
+    def settle(self) -> None:
+        """Each heartbeat, after a `hurry` here: once no run waits on `RECOVERY_QUEUE`, its
+        polling interval goes back to `RECOVERY_POLL_SECONDS`. Look, set, look again: runs
+        another process queued (and hurried for) in between are seen by the second look, which
+        hurries again; any queued after it hurry after this set."""
+        if not self._hurrying:
+            return
+        client = self.client()
+        if _recovery_queued(client):
+            return
+        _set_recovery_poll(client, RECOVERY_POLL_SECONDS)
+        if _recovery_queued(client):
+            _set_recovery_poll(client, RECOVERY_HURRY_SECONDS)
+            return
+        self._hurrying = False
 
     def pending(self, executor_id: str | None) -> list[tuple[str, str, int]]:
         found = self.client().list_workflows(

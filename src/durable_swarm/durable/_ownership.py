@@ -612,6 +612,11 @@ class RunKeeper(Protocol):
 
     def put_back(self, run_id: str) -> bool: ...
 
+    def settle(self) -> None:
+        """Called each heartbeat after the takeovers: end what a recovery started once it is
+        over (the recovery queue's quick looks)."""
+        ...
+
 
 # How often a process sweeps the parked waits (`Ownership._sweep`), and how soon after its start.
 SWEEP_SECONDS = 10.0
@@ -756,6 +761,7 @@ class Ownership:
                         self._taken_for_dead()
                     self._take_over()
                     self._heal()
+                    self._settle()
                 self._sweep()
             except ExecutorIdInUseError as e:
                 # Taken for dead, and another live process now holds this executor id (a
@@ -891,6 +897,11 @@ class Ownership:
                 f"{count} runs of {self.executor_id!r} had stopped on a database error; they are "
                 "back on their queues"
             )
+
+    def _settle(self) -> None:
+        assert self._runs is not None
+        if not self._stopping:
+            self._runs.settle()
 
     def _sweep(self) -> None:
         """Every `SWEEP_SECONDS`, while this process's ownership is confirmed, run each of
