@@ -91,6 +91,10 @@ RECOVERY_POLL_SECONDS = 5.0
 RECOVERY_HURRY_SECONDS = 0.5
 RECOVERY_SLOTS_ENV = "DURABLE_SWARM_RECOVERY_SLOTS"
 DEFAULT_RECOVERY_SLOTS = 100
+# How many runs of a dead process a takeover puts on DBOS's internal queue before the rest go
+# on RECOVERY_QUEUE: the fleet's recovery slots as this process registered them
+# (`_register_recovery_queue`).
+_first_share = DEFAULT_RECOVERY_SLOTS
 
 
 _lock = threading.RLock()
@@ -360,6 +364,7 @@ def _register_recovery_queue(slots: int | None) -> None:
     wanted, explicit = recovery_slots(slots)
 
     def register() -> None:
+        global _first_share
         queue = DBOS.register_queue(
             RECOVERY_QUEUE,
             worker_concurrency=wanted,
@@ -369,6 +374,8 @@ def _register_recovery_queue(slots: int | None) -> None:
         current = queue.worker_concurrency
         if current is None or current > wanted:
             queue.set_worker_concurrency(wanted)
+            current = wanted
+        _first_share = current  # the fleet's limit: no process takes more of a first share
 
     try:
         _outside_event_loop(register)
@@ -557,7 +564,8 @@ def recover_runs_of(executor_id: str, source: Any = None) -> int:
     to life meanwhile (a restart waits for the claim to end). DBOS's public `list_workflows`
     and `resume_workflows` (in batches; `source`: a `DBOSClient`, default the ownership
     thread's, which fails at once when the database is away instead of waiting for it); a run
-    that came from a worker's queue goes back on it, any other on `RECOVERY_QUEUE`. Only while
+    that came from a worker's queue goes back on it; of the others, the first `_first_share` on
+    DBOS's internal queue and the rest on `RECOVERY_QUEUE` (hurried until it is empty). Only while
     this process's ownership is confirmed: one that was paused since it listed the runs
     recovers nothing (the executor may have come back and taken them up again)."""
     client = source or _KEEPER.client()
@@ -568,20 +576,27 @@ def recover_runs_of(executor_id: str, source: Any = None) -> int:
         load_input=False,
         load_output=False,
     )
-    by_queue: dict[str, list[str]] = {}
+    by_queue: dict[str | None, list[str]] = {}
     for run in found:
         queue = RECOVERY_QUEUE if own_queue(run.queue_name) else str(run.queue_name)
         by_queue.setdefault(queue, []).append(run.workflow_id)
+    # The first share goes on DBOS's internal queue, which every process looks at every second
+    # (whoever looks first takes it, at once); the rest waits on the recovery queue, hurried
+    # meanwhile, for the processes' free slots.
+    held = by_queue.pop(RECOVERY_QUEUE, [])
+    if held:
+        by_queue[None] = held[:_first_share]
+    if held[_first_share:]:
+        by_queue[RECOVERY_QUEUE] = held[_first_share:]
+        _KEEPER.hurry(client)
     count = 0
-    for queue, run_ids in sorted(by_queue.items()):
-        if queue == RECOVERY_QUEUE:
-            _KEEPER.hurry(client)
+    for target, run_ids in sorted(by_queue.items(), key=lambda item: item[0] or ""):
         for start in range(0, len(run_ids), RECOVERY_BATCH):
             own = _ownership
             if own is not None and not own.confirmed():
                 return count
             batch = run_ids[start : start + RECOVERY_BATCH]
-            client.resume_workflows(batch, queue_name=queue)
+            client.resume_workflows(batch, queue_name=target)
             count += len(batch)
     return count
 
