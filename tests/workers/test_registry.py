@@ -183,7 +183,7 @@ class Runs:
         self.running = set(owned)
         self.put: list[str] = []
 
-    def recover(self, executor_id: str) -> int:
+    def recover(self, executor_id: str, *, alone: bool = False) -> int:
         return 0
 
     def pending(self, executor_id: str | None) -> list[tuple[str, str, int]]:

@@ -557,7 +557,7 @@ def ownership() -> Ownership | None:
 RECOVERY_BATCH = 500
 
 
-def recover_runs_of(executor_id: str, source: Any = None) -> int:
+def recover_runs_of(executor_id: str, source: Any = None, *, alone: bool = False) -> int:
     """Put the PENDING runs of the dead executor `executor_id` (of this application version)
     back on their queues; returns how many. The caller holds the claim on that executor
     (`ProcessRegistry.claim`): it alone recovers its runs, and the executor id cannot come back
@@ -565,7 +565,9 @@ def recover_runs_of(executor_id: str, source: Any = None) -> int:
     and `resume_workflows` (in batches; `source`: a `DBOSClient`, default the ownership
     thread's, which fails at once when the database is away instead of waiting for it); a run
     that came from a worker's queue goes back on it; of the others, the first `_first_share` on
-    DBOS's internal queue and the rest on `RECOVERY_QUEUE` (hurried until it is empty). Only while
+    DBOS's internal queue and the rest on `RECOVERY_QUEUE` (hurried until it is empty); all of
+    them on the internal queue if the caller is `alone` (no other process may be alive to share
+    them: the one process takes them all at once, as DBOS's own recovery does). Only while
     this process's ownership is confirmed: one that was paused since it listed the runs
     recovers nothing (the executor may have come back and taken them up again)."""
     client = source or _KEEPER.client()
@@ -584,10 +586,11 @@ def recover_runs_of(executor_id: str, source: Any = None) -> int:
     # (whoever looks first takes it, at once); the rest waits on the recovery queue, hurried
     # meanwhile, for the processes' free slots.
     held = by_queue.pop(RECOVERY_QUEUE, [])
+    share = len(held) if alone else _first_share
     if held:
-        by_queue[None] = held[:_first_share]
-    if held[_first_share:]:
-        by_queue[RECOVERY_QUEUE] = held[_first_share:]
+        by_queue[None] = held[:share]
+    if held[share:]:
+        by_queue[RECOVERY_QUEUE] = held[share:]
         _KEEPER.hurry(client)
     count = 0
     for target, run_ids in sorted(by_queue.items(), key=lambda item: item[0] or ""):
@@ -653,8 +656,8 @@ class _Keeper:
                 self._url = url
             return self._client
 
-    def recover(self, executor_id: str) -> int:
-        return recover_runs_of(executor_id, self.client())
+    def recover(self, executor_id: str, *, alone: bool = False) -> int:
+        return recover_runs_of(executor_id, self.client(), alone=alone)
 
     def hurry(self, client: DBOSClient) -> None:
         """Runs are about to go on `RECOVERY_QUEUE`: every process looks at it every

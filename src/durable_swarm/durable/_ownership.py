@@ -582,6 +582,17 @@ class ProcessRegistry:
             inc=self.incarnation,
         )
 
+    def others_alive(self) -> bool:
+        """Whether another process of this database may be alive (a row not stopped, not
+        claimed, heard from within `dead_after`)."""
+        rows = self._rows(
+            f"executor_id <> :me AND claimed_by IS NULL AND heartbeat_at <> 0 AND heartbeat_at "
+            f">= {self._now} - :dead",
+            me=self.executor_id,
+            dead=self.dead_after_ms,
+        )
+        return any(not row.exited() for row in rows)
+
     def executors(self) -> set[str]:
         """The executor ids that have a row (live, stopped or claimed)."""
         with self._begin() as conn:
@@ -601,7 +612,10 @@ class RunKeeper(Protocol):
     API): recover a dead executor's runs, list the PENDING runs of an executor (or of every
     executor), say which runs execute here, and put one that stopped back on its queue."""
 
-    def recover(self, executor_id: str) -> int: ...
+    def recover(self, executor_id: str, *, alone: bool = False) -> int:
+        """Put the PENDING runs of the dead `executor_id` back on their queues; returns how
+        many. `alone`: no other process may be alive to share them."""
+        ...
 
     def pending(self, executor_id: str | None) -> list[tuple[str, str, int]]:
         """`(run id, executor id, updated at in ms by the database's clock)` of the PENDING
@@ -840,7 +854,7 @@ class Ownership:
         for row in dead:
             if self._stop.is_set() or not self.registry.claim(row):
                 continue
-            count = self._runs.recover(row.executor_id)
+            count = self._runs.recover(row.executor_id, alone=not self.registry.others_alive())
             self.registry.release(row)
             if count or row.heartbeat_at != 0:  # a clean stop with nothing left: quiet
                 self._say(f"process {row.executor_id!r} is gone ({row.why_dead()}); {_back(count)}")
