@@ -78,6 +78,24 @@ def test_a_live_worker_is_not_dead_and_a_silent_one_is(
     assert watcher.dead()[0].age_ms > DEAD_AFTER * 1000
 
 
+def test_a_taker_is_alone_once_no_other_process_may_live(
+    registries: Callable[..., ProcessRegistry],
+) -> None:
+    # (A lone taker puts a dead process's runs all on DBOS's internal queue: `recover_runs_of`.)
+    taker, peer, victim = registries("taker"), registries("peer"), registries("victim")
+    for registry in (taker, peer, victim):
+        registry.register(never_stop)
+    assert taker.others_alive()
+    peer.stop()  # a clean stop: no longer alive
+    deadline = time.monotonic() + DEAD_AFTER + 0.3
+    while time.monotonic() < deadline:  # the victim falls silent; the taker beats
+        assert taker.beat() is not None
+        time.sleep(0.05)
+    assert not taker.others_alive()
+    assert victim.beat() is not None  # heard from again: it may live
+    assert taker.others_alive()
+
+
 def test_exactly_one_of_many_concurrent_claimers_wins(
     registries: Callable[..., ProcessRegistry],
 ) -> None:
