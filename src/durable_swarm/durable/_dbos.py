@@ -665,7 +665,10 @@ class _Keeper:
         before the runs are queued, so a `settle` elsewhere that finds the queue empty just
         before sees them at its second look."""
         self._hurrying = True
-        _set_recovery_poll(client, RECOVERY_HURRY_SECONDS)
+        try:
+            _set_recovery_poll(client, RECOVERY_HURRY_SECONDS)
+        except Exception as e:  # the runs still go back; they are taken at the slower looks
+            logger.warning("could not hurry the queue %r (%s)", RECOVERY_QUEUE, e)
 
     def settle(self) -> None:
         """Each heartbeat, after a `hurry` here: once no run waits on `RECOVERY_QUEUE`, its

@@ -684,6 +684,7 @@ class Ownership:
         self._stalled: set[tuple[str, int]] = set()
         self._orphans_at = 0.0  # when `_take_over` last looked for runs of executors unknown
         self._failing = False
+        self._settle_failed = False
         self._last_beat: float | None = None
         self._stopping = False
         self.lost = 0  # how many times this process found itself taken for dead
@@ -913,9 +914,19 @@ class Ownership:
             )
 
     def _settle(self) -> None:
+        """`RunKeeper.settle`; its failure is said (once until it succeeds again) and tried
+        again next beat, and does not count as a failed heartbeat."""
         assert self._runs is not None
-        if not self._stopping:
+        if self._stopping:
+            return
+        try:
             self._runs.settle()
+        except Exception as e:
+            if not self._settle_failed:
+                logger.warning("durable-swarm: the recovery queue's settle failed (%s)", e)
+            self._settle_failed = True
+        else:
+            self._settle_failed = False
 
     def _sweep(self) -> None:
         """Every `SWEEP_SECONDS`, while this process's ownership is confirmed, run each of
