@@ -73,8 +73,26 @@ def test_runs_queued_by_another_taker_during_a_settle_keep_it_hurried(
     keeper.settle()
     assert _interval(other_client) == RECOVERY_HURRY_SECONDS
 
+    _dbos._set_recovery_poll(other_client, RECOVERY_POLL_SECONDS)  # a settle elsewhere
+    looks = iter([True])  # runs still wait: hurried again
+    keeper.settle()
+    assert _interval(other_client) == RECOVERY_HURRY_SECONDS
+
     looks = iter([False, False])
     keeper.settle()
     assert _interval(other_client) == RECOVERY_POLL_SECONDS
     looks = iter([])  # settled: the next beats look at nothing
     keeper.settle()
+
+
+def test_a_takeover_watches_the_queue_a_dead_taker_may_have_left_hurried(
+    other_client: DBOSClient,
+) -> None:
+    keeper = _dbos._Keeper()
+    keeper.settle()
+    _dbos._set_recovery_poll(other_client, RECOVERY_HURRY_SECONDS)  # a taker hurried, and died
+    keeper.settle()  # this process took nothing over yet: it does not look
+    assert _interval(other_client) == RECOVERY_HURRY_SECONDS
+    assert keeper.recover("an-executor-with-no-runs") == 0  # the takeover of the dead taker
+    keeper.settle()
+    assert _interval(other_client) == RECOVERY_POLL_SECONDS

@@ -93,8 +93,10 @@ RECOVERY_SLOTS_ENV = "DURABLE_SWARM_RECOVERY_SLOTS"
 DEFAULT_RECOVERY_SLOTS = 100
 # How many runs of a dead process a takeover puts on DBOS's internal queue before the rest go
 # on RECOVERY_QUEUE: the fleet's recovery slots as this process registered them
-# (`_register_recovery_queue`).
+# (`_register_recovery_queue`); none when DURABLE_SWARM_RECOVERY_SLOTS is set (`_strict_slots`:
+# the internal queue has no per-process limit, and that limit is then a promise).
 _first_share = DEFAULT_RECOVERY_SLOTS
+_strict_slots = False
 
 
 _lock = threading.RLock()
@@ -364,7 +366,7 @@ def _register_recovery_queue(slots: int | None) -> None:
     wanted, explicit = recovery_slots(slots)
 
     def register() -> None:
-        global _first_share
+        global _first_share, _strict_slots
         queue = DBOS.register_queue(
             RECOVERY_QUEUE,
             worker_concurrency=wanted,
@@ -376,6 +378,7 @@ def _register_recovery_queue(slots: int | None) -> None:
             queue.set_worker_concurrency(wanted)
             current = wanted
         _first_share = current  # the fleet's limit: no process takes more of a first share
+        _strict_slots = explicit
 
     try:
         _outside_event_loop(register)
@@ -586,11 +589,12 @@ def recover_runs_of(executor_id: str, source: Any = None, *, alone: bool = False
     # (whoever looks first takes it, at once); the rest waits on the recovery queue, hurried
     # meanwhile, for the processes' free slots.
     held = by_queue.pop(RECOVERY_QUEUE, [])
-    share = len(held) if alone else _first_share
-    if held:
+    share = 0 if _strict_slots else len(held) if alone else _first_share
+    if held[:share]:
         by_queue[None] = held[:share]
-    if held[share:]:
-        by_queue[RECOVERY_QUEUE] = held[share:]
+    rest = held[share:]
+    if rest:
+        by_queue[RECOVERY_QUEUE] = rest
         _KEEPER.hurry(client)
     count = 0
     for target, run_ids in sorted(by_queue.items(), key=lambda item: item[0] or ""):
@@ -601,6 +605,8 @@ def recover_runs_of(executor_id: str, source: Any = None, *, alone: bool = False
             batch = run_ids[start : start + RECOVERY_BATCH]
             client.resume_workflows(batch, queue_name=target)
             count += len(batch)
+    if rest:  # again once they wait there: a settle elsewhere may have set it back meanwhile
+        _KEEPER.hurry(client)
     return count
 
 
@@ -638,8 +644,11 @@ class _Keeper:
         self._url: str | None = None
         self._lock = threading.Lock()
         # Whether `RECOVERY_QUEUE` may be hurried (see `hurry`); True at first, so a process
-        # that starts sets back an interval a dead taker left hurried.
+        # that starts sets back an interval a dead taker left hurried. `_hurries` counts the
+        # hurries, so a settle clears only what it saw.
         self._hurrying = True
+        self._hurries = 0
+        self._hurry_lock = threading.Lock()
 
     def client(self) -> DBOSClient:
         url = run_database_url()
@@ -657,34 +666,48 @@ class _Keeper:
             return self._client
 
     def recover(self, executor_id: str, *, alone: bool = False) -> int:
+        self.watch()  # the dead process may have been a taker that hurried the queue
         return recover_runs_of(executor_id, self.client(), alone=alone)
 
+    def watch(self) -> None:
+        """Have this process's `settle` look at `RECOVERY_QUEUE` until it is empty."""
+        with self._hurry_lock:
+            self._hurrying = True
+            self._hurries += 1
+
     def hurry(self, client: DBOSClient) -> None:
-        """Runs are about to go on `RECOVERY_QUEUE`: every process looks at it every
-        `RECOVERY_HURRY_SECONDS` (from its next look) until `settle` finds it empty. Set
-        before the runs are queued, so a `settle` elsewhere that finds the queue empty just
-        before sees them at its second look."""
-        self._hurrying = True
+        """Runs go on `RECOVERY_QUEUE`: every process looks at it every
+        `RECOVERY_HURRY_SECONDS` (as DBOS's queue threads come down to it) until `settle`
+        finds it empty. Called before the runs are queued (a `settle` elsewhere that finds the
+        queue empty just before sees them at its second look) and after (one that set it back
+        in between is undone)."""
+        self.watch()
         try:
             _set_recovery_poll(client, RECOVERY_HURRY_SECONDS)
         except Exception as e:  # the runs still go back; they are taken at the slower looks
             logger.warning("could not hurry the queue %r (%s)", RECOVERY_QUEUE, e)
 
     def settle(self) -> None:
-        """Each heartbeat, after a `hurry` here: once no run waits on `RECOVERY_QUEUE`, its
-        polling interval goes back to `RECOVERY_POLL_SECONDS`. Look, set, look again: runs
-        another process queued (and hurried for) in between are seen by the second look, which
-        hurries again; any queued after it hurry after this set."""
-        if not self._hurrying:
-            return
+        """Each heartbeat, after a takeover or a `hurry` here: while runs wait on
+        `RECOVERY_QUEUE` it stays hurried (set again if a settle elsewhere set it back); once
+        none does, its polling interval goes back to `RECOVERY_POLL_SECONDS`. Look, set, look
+        again: runs another process queued (and hurried for) in between are seen by the second
+        look, which hurries again; any queued after it hurry after this set."""
+        with self._hurry_lock:
+            if not self._hurrying:
+                return
+            seen = self._hurries
         client = self.client()
-        if _recovery_queued(client):
+        if _recovery_queued(client):  # (and hurried: a settle elsewhere may have set it back)
+            _set_recovery_poll(client, RECOVERY_HURRY_SECONDS)
             return
         _set_recovery_poll(client, RECOVERY_POLL_SECONDS)
         if _recovery_queued(client):
             _set_recovery_poll(client, RECOVERY_HURRY_SECONDS)
             return
-        self._hurrying = False
+        with self._hurry_lock:
+            if self._hurries == seen:
+                self._hurrying = False
 
     def pending(self, executor_id: str | None) -> list[tuple[str, str, int]]:
         found = self.client().list_workflows(

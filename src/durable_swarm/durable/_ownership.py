@@ -855,7 +855,7 @@ class Ownership:
         for row in dead:
             if self._stop.is_set() or not self.registry.claim(row):
                 continue
-            count = self._runs.recover(row.executor_id, alone=not self.registry.others_alive())
+            count = self._runs.recover(row.executor_id, alone=self._alone())
             self.registry.release(row)
             if count or row.heartbeat_at != 0:  # a clean stop with nothing left: quiet
                 self._say(f"process {row.executor_id!r} is gone ({row.why_dead()}); {_back(count)}")
@@ -880,6 +880,14 @@ class Ownership:
                     f"{executor_id!r}, which has no live process, "
                     f"{'is back on its queue' if count == 1 else 'are back on their queues'}"
                 )
+
+    def _alone(self) -> bool:
+        """Whether no other process may be alive to share a dead one's runs (on an error: not
+        alone, the runs wait for free slots)."""
+        try:
+            return not self.registry.others_alive()
+        except sa.exc.DBAPIError:
+            return False
 
     def _heal(self) -> None:
         """Put back the runs this process owns (PENDING under its executor id) but no longer
@@ -917,8 +925,6 @@ class Ownership:
         """`RunKeeper.settle`; its failure is said (once until it succeeds again) and tried
         again next beat, and does not count as a failed heartbeat."""
         assert self._runs is not None
-        if self._stopping:
-            return
         try:
             self._runs.settle()
         except Exception as e:
