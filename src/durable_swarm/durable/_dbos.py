@@ -325,6 +325,7 @@ def ensure_launched(
                 if not early:  # DBOS runs under this id now: it cannot change any more
                     ownership.register(fixed_id=True)
                 _register_recovery_queue(slots)
+                _note_recovered_at_launch(ownership.executor_id)
                 ownership.sweeps = [functools.partial(_sweep_with, sweep) for sweep in _SWEEPS]
                 ownership.start(_KEEPER)
         except Exception as e:
@@ -468,6 +469,21 @@ _last_entered = 0.0  # when a run last began here (time.monotonic())
 # counting as busy once it was started this long ago (or 10 x `dead_after`, if larger) and no
 # run has begun here for `dead_after`: a process still starting runs keeps them all.
 TAKEN_GRACE_SECONDS = 300.0
+
+
+def _note_recovered_at_launch(executor_id: str) -> None:
+    """The runs PENDING under `executor_id` when this process launched (a restart with a fixed
+    executor id): DBOS's own recovery at launch runs them here, and its executions may take a
+    while to begin on a busy machine. They count as taken (`note_taken`) until they begin, so
+    the ownership thread never puts one back on a queue as stalled beside the execution DBOS is
+    about to start (that would run its next step twice). On a database error they are not
+    noted, as before."""
+    try:
+        pending = _KEEPER.pending(executor_id)
+    except Exception as e:
+        logger.warning("could not list the runs recovered at launch (%s)", e)
+        return
+    note_taken([run_id for run_id, _, _ in pending])
 
 
 def note_taken(run_ids: Sequence[str]) -> None:
