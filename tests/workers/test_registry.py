@@ -45,6 +45,14 @@ def never_stop(seconds: float) -> bool:
     return False
 
 
+def beat_past_dead_after(registry: ProcessRegistry) -> None:
+    """Keep `registry` beating until the others, silent, are past `DEAD_AFTER`."""
+    deadline = time.monotonic() + DEAD_AFTER + 0.3
+    while time.monotonic() < deadline:
+        assert registry.beat() is not None
+        time.sleep(0.05)
+
+
 def claim_together(claims: list[tuple[ProcessRegistry, ProcessRow]]) -> list[str]:
     """Make every `(claimer, row)` claim at the same moment (threads); the winners' ids."""
     start = threading.Barrier(len(claims))
@@ -70,10 +78,7 @@ def test_a_live_worker_is_not_dead_and_a_silent_one_is(
     for registry in (alive, silent, watcher):
         registry.register(never_stop)
     assert watcher.dead() == []
-    deadline = time.monotonic() + DEAD_AFTER + 0.3
-    while time.monotonic() < deadline:
-        assert alive.beat() is not None
-        time.sleep(0.05)
+    beat_past_dead_after(alive)
     assert [row.executor_id for row in watcher.dead()] == ["silent"]
     assert watcher.dead()[0].age_ms > DEAD_AFTER * 1000
 
@@ -87,10 +92,7 @@ def test_a_taker_is_alone_once_no_other_process_may_live(
         registry.register(never_stop)
     assert taker.others_alive()
     peer.stop()  # a clean stop: no longer alive
-    deadline = time.monotonic() + DEAD_AFTER + 0.3
-    while time.monotonic() < deadline:  # the victim falls silent; the taker beats
-        assert taker.beat() is not None
-        time.sleep(0.05)
+    beat_past_dead_after(taker)  # the victim falls silent
     assert not taker.others_alive()
     assert victim.beat() is not None  # heard from again: it may live
     assert taker.others_alive()

@@ -714,16 +714,15 @@ class _Keeper:
                 return
             seen = self._hurries
         client = self.client()
-        if _recovery_queued(client):  # (and hurried: a settle elsewhere may have set it back)
-            _set_recovery_poll(client, RECOVERY_HURRY_SECONDS)
-            return
-        _set_recovery_poll(client, RECOVERY_POLL_SECONDS)
-        if _recovery_queued(client):
-            _set_recovery_poll(client, RECOVERY_HURRY_SECONDS)
-            return
-        with self._hurry_lock:
-            if self._hurries == seen:
-                self._hurrying = False
+        if not _recovery_queued(client):
+            _set_recovery_poll(client, RECOVERY_POLL_SECONDS)
+            if not _recovery_queued(client):
+                with self._hurry_lock:
+                    if self._hurries == seen:
+                        self._hurrying = False
+                return
+        # runs wait: hurried (again, if a settle elsewhere or the one above set it back)
+        _set_recovery_poll(client, RECOVERY_HURRY_SECONDS)
 
     def pending(self, executor_id: str | None) -> list[tuple[str, str, int]]:
         found = self.client().list_workflows(
