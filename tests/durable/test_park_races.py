@@ -137,3 +137,41 @@ def test_an_execution_of_a_process_taken_for_dead_begins_no_step_of_a_run_gone_e
         assert execution.epoch == 1
     finally:
         _dbos._execution.reset(token)
+
+
+class _TakenAtOnce(WaitBook):
+    """A waits table whose live run takes an answer and goes on (`leave`) the moment the answer
+    is stored, before its answerer does anything more."""
+
+    def _write(self, sql: str, **params: Any) -> list[Any]:
+        rows = super()._write(sql, **params)
+        if params.get("answer") is not None and params.get("kind") == "input":
+            super().leave(params["run_id"], params["key"])
+        return rows
+
+
+def test_an_answer_a_live_run_takes_at_once_counts_as_given(
+    durable_swarm_factory: Any, run_id: str
+) -> None:
+    # The fleet chaos test saw it: the answer was stored, the live run took it and left its
+    # wait, and the answerer, reading the row again, was told someone else had answered.
+    waits = _TakenAtOnce(durable_swarm_factory().database_url)
+    waits.arrive(run_id, person_key(1), "input")
+    given = waits.answer(run_id, person_key(1), "input", {"text": "ann", "by": "ann", "at": ""})
+    assert given is not None and given.state == "waiting"  # the live run takes it itself
+    assert given.answer == {"text": "ann", "by": "ann", "at": ""}
+
+
+def test_an_answer_after_the_run_went_on_is_refused_and_names_the_first(
+    durable_swarm_factory: Any, run_id: str
+) -> None:
+    waits: WaitBook = durable_swarm_factory().runs.waits
+    waits.arrive(run_id, person_key(1), "input")
+    first = {"text": "ann", "by": "ann", "at": "t1"}
+    assert waits.answer(run_id, person_key(1), "input", first) is not None
+    waits.leave(run_id, person_key(1))  # the run went on with ann's answer
+    # bob read the question before the run went on, and answers after: refused, never a new
+    # row with his answer that he is told was sent and that nobody reads
+    assert waits.answer(run_id, person_key(1), "input", {"text": "bob", "by": "bob"}) is None
+    assert waits.answer_of(run_id, person_key(1)) == first
+    assert run_id not in waits.live_run_ids()

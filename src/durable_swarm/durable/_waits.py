@@ -25,7 +25,8 @@ SQLite); its times are the database's clock, so processes on machines with skewe
 * `parking`: the run is about to cancel itself (or did, and is about to mark itself parked);
 * `parked`: the run cancelled itself and waits;
 * `resuming`: whoever ends the wait won the right to resume it (exactly one does);
-* `cancelled`: a person cancelled the run (`DurableSwarm.cancel`); no answer is taken.
+* `cancelled`: a person cancelled the run (`DurableSwarm.cancel`); no answer is taken;
+* `done`: the run went on with the answer (`leave`); a later answer is refused.
 
 The orders that make it exact:
 
@@ -43,9 +44,10 @@ The orders that make it exact:
   cancelled (`cancel_tree`); a run that parks checks the tombstone after it marked itself
   parked, and a resumer checks it after its resume: a cancel is never undone.
 
-A row is deleted when the run leaves its wait (`leave`), when the sweep finds its run ended, or
-with the run. A parked run is CANCELLED in DBOS; `parked()` tells the runs that only wait from
-those cancelled by a person, and every reader of the library shows them as waiting.
+A row of a wait the run went past stays `done` until the run is deleted; a live row is deleted
+when the sweep finds its run ended, and every row with the run. A parked run is CANCELLED in
+DBOS; `parked()` tells the runs that only wait from those cancelled by a person, and every reader
+of the library shows them as waiting.
 """
 
 from __future__ import annotations
@@ -125,9 +127,10 @@ CREATE TABLE IF NOT EXISTS {WAITS_TABLE} (
 
 def _answer_sql(now: str) -> str:
     """The statement of whoever ends a wait: set the answer (if none yet, and the run is not
-    cancelled) and take the resume if the run is parked (or parking, `:stopped`); RETURNING says
-    which (no row: refused). The row is made if the run has not arrived yet (it then finds the
-    answer at its first look)."""
+    cancelled) and take the resume if the run is parked (or parking, `:stopped`); RETURNING gives
+    the row as the statement left it (no row: refused), so the caller never reads it again: a
+    live run may take the answer and delete its row at once. The row is made if the run has not
+    arrived yet (it then finds the answer at its first look)."""
     t = WAITS_TABLE
     return f"""
 INSERT INTO {t} (run_id, wait_key, kind, state, answer, updated_at)
@@ -138,7 +141,7 @@ ON CONFLICT (run_id, wait_key) DO UPDATE SET
         THEN 'resuming' ELSE {t}.state END,
     updated_at = excluded.updated_at
 WHERE {t}.answer IS NULL AND {t}.state IN ('waiting', 'parking', 'parked')
-RETURNING state
+RETURNING run_id, wait_key, kind, state, answer, queue, detail, updated_at
 """
 
 
@@ -317,9 +320,13 @@ class WaitBook:
         return None if found is None else replace(found, state="resuming")
 
     def leave(self, run_id: str, key: str) -> None:
-        """The run went on past its wait `key`: the row goes."""
+        """The run went on past its wait `key`, with its answer: -> done. The row stays, answer
+        and all, so a second person's answer, sent as the run went on, is refused and told whose
+        answer the run took (deleted, the row would be made again with theirs, told sent and
+        never read). It goes with the run (`_tables.forget_runs`)."""
         self._write(
-            f"DELETE FROM {WAITS_TABLE} WHERE run_id = :run_id AND wait_key = :key",
+            f"UPDATE {WAITS_TABLE} SET state = 'done', updated_at = {self._now} "
+            "WHERE run_id = :run_id AND wait_key = :key",
             run_id=run_id,
             key=key,
         )
@@ -349,10 +356,9 @@ class WaitBook:
         )
         if not rows:
             return None
-        found = self.look(run_id, key)
-        if found is None:  # deleted since (the run went on, or was deleted): nothing to resume
-            return None
-        return replace(found, state=str(rows[0][0]))
+        # The row as this statement left it: read again, it may be gone already (a live run
+        # took the answer and went on), and the answer was given all the same.
+        return replace(_wait(rows[0], open_answer=False), answer=answer)
 
     def end_join(
         self, parent_run_id: str, child_run_id: str, *, stopped: bool = False
