@@ -634,6 +634,10 @@ class RunKeeper(Protocol):
 
 # How often a process sweeps the parked waits (`Ownership._sweep`), and how soon after its start.
 SWEEP_SECONDS = 10.0
+# `_heal` looks at this process's own PENDING runs this many times per `dead_after` (a run
+# counts as stalled only once its row is `dead_after` old, so looking at every heartbeat only
+# costs the database a query more per beat).
+HEAL_LOOKS_PER_DEAD_AFTER = 3
 FIRST_SWEEP_SECONDS = 2.0
 
 # How often a process looks for runs of executors that have no row at all (`_take_over`).
@@ -682,6 +686,7 @@ class Ownership:
         self._connected_since: float | None = None
         self._runs: RunKeeper | None = None
         self._stalled: set[tuple[str, int]] = set()
+        self._healed_at = 0.0  # when `_watch` last called `_heal` (time.monotonic())
         self._orphans_at = 0.0  # when `_take_over` last looked for runs of executors unknown
         self._failing = False
         self._settle_failed = False
@@ -775,7 +780,9 @@ class Ownership:
                     else:
                         self._taken_for_dead()
                     self._take_over()
-                    self._heal()
+                    if time.monotonic() - self._healed_at >= self._heal_every:
+                        self._healed_at = time.monotonic()
+                        self._heal()
                     self._settle()
                 self._sweep()
             except ExecutorIdInUseError as e:
@@ -800,6 +807,11 @@ class Ownership:
                 self._failing = False
             if self._stop.wait(self.heartbeat_interval):
                 return
+
+    @property
+    def _heal_every(self) -> float:
+        """Seconds between two `_heal` looks: a `dead_after` share, at least one heartbeat."""
+        return max(self.heartbeat_interval, self.dead_after / HEAL_LOOKS_PER_DEAD_AFTER)
 
     def _steady(self, since: float, now: float, advance: float) -> None:
         """Restart the clock of continuous connection when this heartbeat came long after the
@@ -891,9 +903,9 @@ class Ownership:
 
     def _heal(self) -> None:
         """Put back the runs this process owns (PENDING under its executor id) but no longer
-        runs, seen so at two sweeps in a row (a run just taken from a queue is not running yet
-        for a moment): their execution ended on a database error, and nothing else would ever
-        take them up while this process lives."""
+        runs, seen so at two looks in a row (`_watch` looks every `_heal_every` s; a run just
+        taken from a queue is not running yet for a moment): their execution ended on a
+        database error, and nothing else would ever take them up while this process lives."""
         assert self._runs is not None
         if not self.confirmed():
             return
