@@ -129,7 +129,7 @@ def _answer_sql(now: str) -> str:
     """The statement of whoever ends a wait: set the answer (if none yet, and the run is not
     cancelled) and take the resume if the run is parked (or parking, `:stopped`); RETURNING gives
     the row as the statement left it (no row: refused), so the caller never reads it again: a
-    live run may take the answer and delete its row at once. The row is made if the run has not
+    live run may take the answer and mark its row `done` at once. The row is made if the run has not
     arrived yet (it then finds the answer at its first look)."""
     t = WAITS_TABLE
     return f"""
@@ -356,8 +356,8 @@ class WaitBook:
         )
         if not rows:
             return None
-        # The row as this statement left it: read again, it may be gone already (a live run
-        # took the answer and went on), and the answer was given all the same.
+        # The row as this statement left it (a read after it may find it `done` already: a
+        # live run took the answer and went on; the answer was given all the same).
         return replace(_wait(rows[0], open_answer=False), answer=answer)
 
     def end_join(
