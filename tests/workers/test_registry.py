@@ -10,10 +10,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from durable_swarm.durable._ownership import (
+    PROCESSES_TABLE,
     Ownership,
     ProcessRegistry,
     ProcessRow,
@@ -262,3 +264,37 @@ def test_a_takeover_line_says_how_many_runs_went_back_in_plain_words() -> None:
     assert _back(0) == "it left no unfinished run"
     assert _back(1) == "its 1 unfinished run is back on its queue"
     assert _back(3) == "3 of its unfinished runs are back on their queues"
+
+
+def test_a_heartbeat_is_one_transaction_with_its_look_for_dead_processes(
+    make_database_url: Callable[..., str],
+) -> None:
+    # An idle process costs the database one transaction per heartbeat: the beat and the look
+    # for dead processes commit together (the idle fleet's cost, benchmarks/idle_fleet.py).
+    import sqlalchemy as sa
+
+    own = Ownership(
+        make_database_url("beats", create=True),
+        "me",
+        kind="test",
+        heartbeat_interval=0.05,
+        dead_after=60.0,  # never settled here: no look for orphans, no heal of a stalled run
+        application_version="v",
+    )
+    own.register()
+    engine = own.registry._engine
+    commits: list[int] = []
+    beats: list[int] = []
+    sa.event.listen(engine, "commit", lambda conn: commits.append(1))
+
+    def count_beats(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().startswith(f"UPDATE {PROCESSES_TABLE} SET heartbeat_at"):
+            beats.append(1)
+
+    sa.event.listen(engine, "before_cursor_execute", count_beats)
+    own.start(Runs([]))
+    wait_for(lambda: len(beats) >= 5, "five heartbeats")
+    own.stop()
+    assert beats and len(commits) <= len(beats) + 1  # + the stop's mark
+    assert own.confirmed() is False
+    own.registry.close()

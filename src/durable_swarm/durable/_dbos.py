@@ -13,7 +13,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._aio import in_event_loop
 from ..errors import DatabaseUnavailableError, DurableSwarmError, ExecutorIdInUseError
@@ -36,6 +36,9 @@ from ._sealing import keyring
 from ._sweeper import stop_sweeper
 from ._tables import engine_for
 from ._waits import IN_RUN, WaitBook
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 __all__ = [
     "APPLICATION_VERSION",
@@ -325,6 +328,7 @@ def ensure_launched(
                 if not early:  # DBOS runs under this id now: it cannot change any more
                     ownership.register(fixed_id=True)
                 _register_recovery_queue(slots)
+                _KEEPER.bind(run_database_url() or database_url, ownership.registry.engine)
                 _note_recovered_at_launch(ownership.executor_id)
                 ownership.sweeps = [functools.partial(_sweep_with, sweep) for sweep in _SWEEPS]
                 ownership.start(_KEEPER)
@@ -658,6 +662,8 @@ class _Keeper:
     def __init__(self) -> None:
         self._client: DBOSClient | None = None
         self._url: str | None = None
+        self._engine: sa.Engine | None = None  # the client's, see `bind`
+        self._bound: tuple[str, sa.Engine] | None = None
         self._lock = threading.Lock()
         # Whether `RECOVERY_QUEUE` may be hurried (see `hurry`); True at first, so a process
         # that starts sets back an interval a dead taker left hurried. `_hurries` counts the
@@ -666,19 +672,28 @@ class _Keeper:
         self._hurries = 0
         self._hurry_lock = threading.Lock()
 
+    def bind(self, url: str, engine: sa.Engine) -> None:
+        """Make the client on `url` use `engine`: the ownership thread's own (its registry's),
+        so that the heartbeat, the takeovers and the sweeps of one process share one pool and,
+        idle, one connection."""
+        with self._lock:
+            self._bound = (url, engine)
+
     def client(self) -> DBOSClient:
         url = run_database_url()
         assert url is not None, "DBOS is not launched in this process"
         with self._lock:
-            if self._client is None or self._url != url:
+            bound = self._bound
+            engine = bound[1] if bound is not None and bound[0] == url else engine_for(url)
+            if self._client is None or self._url != url or self._engine is not engine:
                 self._client = DBOSClient(
                     system_database_url=url,
-                    system_database_engine=engine_for(url),
+                    system_database_engine=engine,
                     application_name=APP_NAME,
                     retry_connection_errors=False,
                     lazy=True,
                 )
-                self._url = url
+                self._url, self._engine = url, engine
             return self._client
 
     def recover(self, executor_id: str, *, alone: bool = False) -> int:

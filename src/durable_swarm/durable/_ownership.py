@@ -269,6 +269,13 @@ class ProcessRegistry:
         else:
             self._now = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
 
+    @property
+    def engine(self) -> sa.Engine:
+        """The registry's own engine on the run database: the ownership thread's, apart from
+        the pools that runs and readers use, so a busy process never keeps its heartbeat
+        waiting for a connection."""
+        return self._engine
+
     def close(self) -> None:
         """Release the database connections."""
         self._engine.dispose()
@@ -313,12 +320,26 @@ class ProcessRegistry:
                 self._held.conn = None
 
     @contextlib.contextmanager
+    def one_transaction(self) -> Iterator[None]:
+        """Run the calling thread's statements in one transaction until the block ends (inside
+        `one_connection`): committed together when the block ends, all rolled back if it
+        raises. The heartbeat writes its beat and looks for dead processes so, one
+        transaction per beat."""
+        held: sa.Connection | None = getattr(self._held, "conn", None)
+        assert held is not None, "one_transaction() runs inside one_connection()"
+        with held.begin():
+            yield
+
+    @contextlib.contextmanager
     def _begin(self) -> Iterator[sa.Connection]:
-        """A transaction on the thread's connection of `one_connection`, else on a pooled one."""
+        """A transaction on the thread's connection of `one_connection` (the open one of
+        `one_transaction` if any), else on a pooled one."""
         held: sa.Connection | None = getattr(self._held, "conn", None)
         if held is None:
             with self._engine.begin() as conn:
                 yield conn
+        elif held.in_transaction():
+            yield held
         else:
             with held.begin():
                 yield held
@@ -473,24 +494,35 @@ class ProcessRegistry:
         before, self._written, self._written_at = self._written, int(row[0]), time.monotonic()
         return 0.0 if before is None else (self._written - before) / 1000
 
+    def look(self) -> list[ProcessRow]:
+        """The rows `dead` judges: this process's own, those silent for longer than
+        `dead_after`, and those of this machine."""
+        return self._rows(
+            f"executor_id = :me OR heartbeat_at < {self._now} - :dead OR machine = :machine",
+            me=self.executor_id,
+            dead=self.dead_after_ms,
+            machine=MACHINE,
+        )
+
     def dead(
-        self, *, by_heartbeat: bool = True, written_within: float | None = None
+        self,
+        *,
+        by_heartbeat: bool = True,
+        written_within: float | None = None,
+        rows: list[ProcessRow] | None = None,
     ) -> list[ProcessRow]:
         """Other processes known to be dead: silent for longer than `dead_after` (stopped ones
         included; only if `by_heartbeat`), or on this machine with their pid gone; and claims
-        whose claimer died before finishing.
+        whose claimer died before finishing. Judged from `rows`, a `look` made just before
+        (the heartbeat makes it in its beat's transaction), else from a `look` made now.
 
         `written_within`: this process wrote its heartbeat at most that many seconds ago (by its
         own clock, slack included). If the database's clock, in the same query, says that
         heartbeat is older still, the clock jumped ahead since: every heartbeat looks older than
         it is, so nobody is judged by heartbeat (`self.jumped` then holds the jump in seconds,
         else 0; the next `beat` measures from scratch, not across the jump)."""
-        rows = self._rows(
-            f"executor_id = :me OR heartbeat_at < {self._now} - :dead OR machine = :machine",
-            me=self.executor_id,
-            dead=self.dead_after_ms,
-            machine=MACHINE,
-        )
+        if rows is None:
+            rows = self.look()
         mine = [row for row in rows if row.executor_id == self.executor_id]
         rows = [row for row in rows if row.executor_id != self.executor_id]
         self.jumped = 0.0
@@ -773,13 +805,17 @@ class Ownership:
             since = time.monotonic()
             try:
                 with self.registry.one_connection():
-                    advance = self.registry.beat()
+                    # The beat and the look for dead processes: one transaction, confirmed
+                    # once it is committed.
+                    with self.registry.one_transaction():
+                        advance = self.registry.beat()
+                        rows = None if advance is None else self.registry.look()
                     if advance is not None:
                         self._steady(since, time.monotonic(), advance)
                         self._confirm(since)
                     else:
                         self._taken_for_dead()
-                    self._take_over()
+                    self._take_over(rows)
                     if time.monotonic() - self._healed_at >= self._heal_every:
                         self._healed_at = time.monotonic()
                         self._heal()
@@ -850,7 +886,10 @@ class Ownership:
         self.registry.incarnation = uuid.uuid4().hex
         self.register()
 
-    def _take_over(self) -> None:
+    def _take_over(self, rows: list[ProcessRow] | None = None) -> None:
+        """Recover the runs of the processes found dead (judged from `rows`, the registry's
+        `look` of this beat, else from a look made now), then, every `ORPHANS_SECONDS`, those
+        left under an executor id that has no row."""
         assert self._runs is not None
         if self._stopping:
             return  # a stopping process takes nobody's runs (it would not run them)
@@ -860,7 +899,7 @@ class Ownership:
         settled = connected is not None and time.monotonic() - connected >= self.dead_after
         last = self._last_beat
         within = None if last is None else time.monotonic() - last + self.heartbeat_interval
-        dead = self.registry.dead(by_heartbeat=settled, written_within=within)
+        dead = self.registry.dead(by_heartbeat=settled, written_within=within, rows=rows)
         if self.registry.jumped:
             self._jumped(self.registry.jumped, time.monotonic())
             settled = False
