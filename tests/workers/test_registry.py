@@ -298,3 +298,42 @@ def test_a_heartbeat_is_one_transaction_with_its_look_for_dead_processes(
     assert beats and len(commits) <= len(beats) + 1  # + the stop's mark
     assert own.confirmed() is False
     own.registry.close()
+
+
+def test_a_process_table_of_an_earlier_release_gets_the_slots_column(
+    make_database_url: Callable[..., str],
+) -> None:
+    # Tables made before the processes said their recovery slots lack the column: the first
+    # process of this release adds it, and the processes of the fleet agree on the smallest.
+    import sqlalchemy as sa
+
+    url = make_database_url("old-table", create=True)
+    old = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    with old.begin() as conn:
+        conn.execute(
+            sa.text(
+                f"CREATE TABLE {PROCESSES_TABLE} (executor_id VARCHAR(255) PRIMARY KEY, "
+                "kind VARCHAR(32) NOT NULL, queue VARCHAR(255), host VARCHAR(255) NOT NULL, "
+                "machine VARCHAR(64) NOT NULL, pid INTEGER NOT NULL, pid_start VARCHAR(64) NOT "
+                "NULL, incarnation VARCHAR(64) NOT NULL, started_at BIGINT NOT NULL, "
+                "heartbeat_at BIGINT NOT NULL, claimed_by VARCHAR(255))"
+            )
+        )
+        conn.execute(
+            sa.text(
+                f"INSERT INTO {PROCESSES_TABLE} VALUES ('old', 'worker', 'q', 'h', 'm', 1, '', "
+                "'i', 1, 1, NULL)"
+            )
+        )
+    old.dispose()
+    made = [
+        ProcessRegistry(url, name, "q", dead_after=60.0, slots=slots)
+        for name, slots in (("eight", 8), ("five", 5), ("unsaid", None))
+    ]
+    for registry in made:
+        registry.register(never_stop)
+    assert made[0].fleet_slots() == 5
+    made[1].stop()
+    assert made[2].fleet_slots() == 8
+    for registry in made:
+        registry.close()

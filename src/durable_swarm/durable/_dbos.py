@@ -31,7 +31,7 @@ from ._engine import (
 )
 from ._failures import quiet_tracebacks
 from ._log import REPLAY_VERSION, JsonSerializer
-from ._ownership import Ownership, new_executor_id, timing
+from ._ownership import Ownership, ProcessRegistry, new_executor_id, timing
 from ._sealing import keyring
 from ._sweeper import stop_sweeper
 from ._tables import engine_for
@@ -80,25 +80,21 @@ T = TypeVar("T")
 # runs, its sub-agents) go back on this queue, which every process this library launches
 # listens to. DBOS's internal queue has no per-process limit: the first process to look would
 # take all of them, however many other processes were idle. This queue's per-process limit
-# (DBOS's public `worker_concurrency`, one value for the whole fleet: the smallest one a
-# process asked for, see `_register_recovery_queue`) makes each process take only that many at
-# a time, so a dead process's runs spread over the live ones. Its queue thread looks every
-# RECOVERY_POLL_SECONDS: runs land on it only at a takeover, and each look is a few
-# transactions in every process of the fleet, idle or not. While it holds runs that wait, it is
-# looked at every RECOVERY_HURRY_SECONDS (its polling interval is one value for the fleet, in
-# DBOS's queue table: the taker sets it, and sets it back once the queue is empty, see
-# `_Keeper.hurry` and `_Keeper.settle`), so a process takes its next share as soon as it has
-# free slots instead of seconds later.
+# (DBOS's public `worker_concurrency`, one value for the whole fleet: the smallest recovery
+# slots of the live processes, `ProcessRegistry.fleet_slots`) makes each process take only that
+# many at a time, so a dead process's runs spread over the live ones. The queue is registered
+# only while runs wait on it: a takeover that puts runs there registers it (looked at every
+# RECOVERY_HURRY_SECONDS, so a process takes its next share as soon as it has free slots), and
+# the taker's heartbeat deletes it once it is empty (`_Keeper.hurry`, `_Keeper.settle`). An
+# idle fleet then has no thread looking at it (each look was two transactions in every process).
 RECOVERY_QUEUE = "durable_swarm_recovered"
-RECOVERY_POLL_SECONDS = 5.0
 RECOVERY_HURRY_SECONDS = 0.5
 RECOVERY_SLOTS_ENV = "DURABLE_SWARM_RECOVERY_SLOTS"
 DEFAULT_RECOVERY_SLOTS = 100
-# How many runs of a dead process a takeover puts on DBOS's internal queue before the rest go
-# on RECOVERY_QUEUE: the fleet's recovery slots as this process registered them
-# (`_register_recovery_queue`); none when DURABLE_SWARM_RECOVERY_SLOTS is set (`_strict_slots`:
-# the internal queue has no per-process limit, and that limit is then a promise).
-_first_share = DEFAULT_RECOVERY_SLOTS
+# This process's recovery slots (`recovery_slots`, written in its row of the process table), and
+# whether DURABLE_SWARM_RECOVERY_SLOTS set them (`_strict_slots`: then the fleet's limit, and no
+# first share of a takeover goes on DBOS's internal queue, which has no per-process limit).
+_own_slots = DEFAULT_RECOVERY_SLOTS
 _strict_slots = False
 
 
@@ -109,19 +105,20 @@ _ownership: Ownership | None = None
 
 
 # What this process's ownership thread sweeps now and then (`add_sweep`).
-_SWEEPS: list[Callable[[Any], Any]] = []
+_SWEEPS: list[Callable[[Any, sa.Engine], Any]] = []
 
 
-def add_sweep(sweep: Callable[[Any], Any]) -> None:
-    """Have every process that launches DBOS here call `sweep(client)` every
+def add_sweep(sweep: Callable[[Any, sa.Engine], Any]) -> None:
+    """Have every process that launches DBOS here call `sweep(client, engine)` every
     `_ownership.SWEEP_SECONDS` while its ownership is confirmed (the parked waits' sweep),
-    `client` a `DBOSClient` that fails at once while the database is away (`_Keeper`)."""
+    `client` a `DBOSClient` that fails at once while the database is away, `engine` the
+    ownership thread's engine on the run database (`_Keeper`)."""
     if sweep not in _SWEEPS:
         _SWEEPS.append(sweep)
 
 
-def _sweep_with(sweep: Callable[[Any], Any]) -> Any:
-    return sweep(_KEEPER.client())
+def _sweep_with(sweep: Callable[[Any, sa.Engine], Any]) -> Any:
+    return sweep(_KEEPER.client(), _KEEPER.engine())
 
 
 def recovery_slots(slots: int | None = None) -> tuple[int, bool]:
@@ -291,6 +288,7 @@ def ensure_launched(
         early = True
         if _engine.instance() is None:
             executor_id = executor_id or new_executor_id(kind)
+            _set_recovery_slots(slots)
             ownership = Ownership(
                 database_url,
                 executor_id,
@@ -301,6 +299,7 @@ def ensure_launched(
                 application_version=APPLICATION_VERSION,
                 say=say,
                 on_executor_id_taken=on_executor_id_taken,
+                slots=_own_slots,
             )
             # Register before launching, so a claim in progress on this executor id finishes
             # before DBOS recovers this executor's runs at launch. A PostgreSQL database that
@@ -327,8 +326,7 @@ def ensure_launched(
             if ownership is not None:
                 if not early:  # DBOS runs under this id now: it cannot change any more
                     ownership.register(fixed_id=True)
-                _register_recovery_queue(slots)
-                _KEEPER.bind(run_database_url() or database_url, ownership.registry.engine)
+                _KEEPER.bind(run_database_url() or database_url, ownership.registry)
                 _note_recovered_at_launch(ownership.executor_id)
                 ownership.sweeps = [functools.partial(_sweep_with, sweep) for sweep in _SWEEPS]
                 ownership.start(_KEEPER)
@@ -345,7 +343,10 @@ def ensure_launched(
         _ownership = ownership
         _launched_url = database_url
         _check_serializer()
-        WaitBook(run_database_url() or database_url).ensure()  # readers join it from now on
+        # The waits table, made on the ownership thread's engine (which sweeps it), so that an
+        # idle process holds no connection of the shared engine; readers join it from now on.
+        url = run_database_url() or database_url
+        WaitBook(url, _KEEPER.engine() if ownership is not None else None).ensure()
 
 
 def _check_serializer() -> None:
@@ -363,32 +364,10 @@ def _check_serializer() -> None:
         )
 
 
-def _register_recovery_queue(slots: int | None) -> None:
-    """Register `RECOVERY_QUEUE` (DBOS's public queue registry) with this process's
-    `recovery_slots`: set as the fleet's limit when given explicitly, else only lowered to it
-    (the limit is one value for every process; the smallest a process asked for stands, so no
-    worker takes more of a dead process's runs at a time than its concurrency)."""
-    wanted, explicit = recovery_slots(slots)
-
-    def register() -> None:
-        global _first_share, _strict_slots
-        queue = DBOS.register_queue(
-            RECOVERY_QUEUE,
-            worker_concurrency=wanted,
-            polling_interval_sec=RECOVERY_POLL_SECONDS,
-            on_conflict="always_update" if explicit else "never_update",
-        )
-        current = queue.worker_concurrency
-        if current is None or current > wanted:
-            queue.set_worker_concurrency(wanted)
-            current = wanted
-        _first_share = current  # the fleet's limit: no process takes more of a first share
-        _strict_slots = explicit
-
-    try:
-        _outside_event_loop(register)
-    except Exception as e:  # registered by an earlier launch: its runs still come back
-        logger.warning("could not register the queue %r (%s)", RECOVERY_QUEUE, e)
+def _set_recovery_slots(slots: int | None) -> None:
+    """Set this process's `recovery_slots` (see `_own_slots`)."""
+    global _own_slots, _strict_slots
+    _own_slots, _strict_slots = recovery_slots(slots)
 
 
 def launched_url() -> str | None:
@@ -580,15 +559,18 @@ def ownership() -> Ownership | None:
 RECOVERY_BATCH = 500
 
 
-def recover_runs_of(executor_id: str, source: Any = None, *, alone: bool = False) -> int:
+def recover_runs_of(
+    executor_id: str, source: Any = None, *, alone: bool = False, limit: int | None = None
+) -> int:
     """Put the PENDING runs of the dead executor `executor_id` (of this application version)
     back on their queues; returns how many. The caller holds the claim on that executor
     (`ProcessRegistry.claim`): it alone recovers its runs, and the executor id cannot come back
     to life meanwhile (a restart waits for the claim to end). DBOS's public `list_workflows`
     and `resume_workflows` (in batches; `source`: a `DBOSClient`, default the ownership
     thread's, which fails at once when the database is away instead of waiting for it); a run
-    that came from a worker's queue goes back on it; of the others, the first `_first_share` on
-    DBOS's internal queue and the rest on `RECOVERY_QUEUE` (hurried until it is empty); all of
+    that came from a worker's queue goes back on it; of the others, the first `limit` (the
+    fleet's recovery slots, default this process's) on DBOS's internal queue and the rest on
+    `RECOVERY_QUEUE` (registered with that limit until it is empty); all of
     them on the internal queue if the caller is `alone` (no other process may be alive to share
     them: the one process takes them all at once, as DBOS's own recovery does). Only while
     this process's ownership is confirmed: one that was paused since it listed the runs
@@ -609,13 +591,14 @@ def recover_runs_of(executor_id: str, source: Any = None, *, alone: bool = False
     # (whoever looks first takes it, at once); the rest waits on the recovery queue, hurried
     # meanwhile, for the processes' free slots.
     held = by_queue.pop(RECOVERY_QUEUE, [])
-    share = 0 if _strict_slots else len(held) if alone else _first_share
+    limit = _own_slots if limit is None else limit
+    share = 0 if _strict_slots else len(held) if alone else limit
     if held[:share]:
         by_queue[None] = held[:share]
     rest = held[share:]
     if rest:
         by_queue[RECOVERY_QUEUE] = rest
-        _KEEPER.hurry(client)
+        _KEEPER.hurry(client, limit)
     count = 0
     for target, run_ids in sorted(by_queue.items(), key=lambda item: item[0] or ""):
         for start in range(0, len(run_ids), RECOVERY_BATCH):
@@ -625,18 +608,36 @@ def recover_runs_of(executor_id: str, source: Any = None, *, alone: bool = False
             batch = run_ids[start : start + RECOVERY_BATCH]
             client.resume_workflows(batch, queue_name=target)
             count += len(batch)
-    if rest:  # again once they wait there: a settle elsewhere may have set it back meanwhile
-        _KEEPER.hurry(client)
+    if rest:  # again once they wait there: a settle elsewhere may have deleted it meanwhile
+        _KEEPER.hurry(client, limit)
     return count
 
 
-def _set_recovery_poll(client: DBOSClient, seconds: float) -> None:
-    """Set `RECOVERY_QUEUE`'s polling interval (DBOS's public queue setting, read by every
-    process's queue thread before each look) to `seconds`, unless it is that already or the
-    queue is not registered (an app that launched DBOS itself under its own name)."""
+def _open_recovery_queue(client: DBOSClient, limit: int) -> None:
+    """Register `RECOVERY_QUEUE` (DBOS's public queue registry; every process's queue
+    manager starts a thread on it within a second) looked at every `RECOVERY_HURRY_SECONDS`,
+    each process taking at most `limit` of its runs at a time; one registered already keeps the
+    smaller limit (the fleet's is the smallest of its processes', and two takers may open it at
+    once), or takes `limit` when it is strict (DURABLE_SWARM_RECOVERY_SLOTS)."""
     queue = client.retrieve_queue(RECOVERY_QUEUE)
-    if queue is not None and queue.polling_interval_sec != seconds:
-        queue.set_polling_interval_sec(seconds)
+    if queue is None:
+        queue = client.register_queue(
+            RECOVERY_QUEUE,
+            worker_concurrency=limit,
+            polling_interval_sec=RECOVERY_HURRY_SECONDS,
+            on_conflict="never_update",  # opened by another taker just now: theirs stands
+        )
+    if queue.polling_interval_sec != RECOVERY_HURRY_SECONDS:
+        queue.set_polling_interval_sec(RECOVERY_HURRY_SECONDS)
+    current = queue.worker_concurrency
+    if current is None or current > limit or (_strict_slots and current != limit):
+        queue.set_worker_concurrency(limit)
+
+
+def _close_recovery_queue(client: DBOSClient) -> None:
+    """Delete `RECOVERY_QUEUE`'s registration (its runs stay as they are; the queue threads of
+    every process end at their next look)."""
+    client.delete_queue(RECOVERY_QUEUE)
 
 
 def _recovery_queued(client: DBOSClient) -> bool:
@@ -663,28 +664,44 @@ class _Keeper:
         self._client: DBOSClient | None = None
         self._url: str | None = None
         self._engine: sa.Engine | None = None  # the client's, see `bind`
-        self._bound: tuple[str, sa.Engine] | None = None
+        self._bound: tuple[str, ProcessRegistry] | None = None
         self._lock = threading.Lock()
-        # Whether `RECOVERY_QUEUE` may be hurried (see `hurry`); True at first, so a process
-        # that starts sets back an interval a dead taker left hurried. `_hurries` counts the
-        # hurries, so a settle clears only what it saw.
+        # Whether `RECOVERY_QUEUE` may be registered (see `hurry`); True at first, so a process
+        # that starts deletes a registration a dead taker left. `_hurries` counts the hurries,
+        # so a settle clears only what it saw.
         self._hurrying = True
         self._hurries = 0
         self._hurry_lock = threading.Lock()
 
-    def bind(self, url: str, engine: sa.Engine) -> None:
-        """Make the client on `url` use `engine`: the ownership thread's own (its registry's),
-        so that the heartbeat, the takeovers and the sweeps of one process share one pool and,
-        idle, one connection."""
+    def bind(self, url: str, registry: ProcessRegistry) -> None:
+        """Make the client on `url` use `registry`'s engine, the ownership thread's own, so
+        that the heartbeat, the takeovers and the sweeps of one process share one pool and,
+        idle, one connection; the fleet's recovery slots are read from `registry`."""
         with self._lock:
-            self._bound = (url, engine)
+            self._bound = (url, registry)
+
+    def engine(self) -> sa.Engine:
+        """The engine of the client: the bound registry's (`bind`), else the shared one."""
+        url = run_database_url()
+        assert url is not None, "DBOS is not launched in this process"
+        bound = self._bound
+        return bound[1].engine if bound is not None and bound[0] == url else engine_for(url)
+
+    def limit(self) -> int:
+        """How many runs of dead processes each process takes at a time: the strict limit
+        (DURABLE_SWARM_RECOVERY_SLOTS), else the smallest recovery slots of the live
+        processes, this one's included."""
+        bound = self._bound
+        if _strict_slots or bound is None:
+            return _own_slots
+        fleet = bound[1].fleet_slots()
+        return _own_slots if fleet is None else min(fleet, _own_slots)
 
     def client(self) -> DBOSClient:
         url = run_database_url()
         assert url is not None, "DBOS is not launched in this process"
         with self._lock:
-            bound = self._bound
-            engine = bound[1] if bound is not None and bound[0] == url else engine_for(url)
+            engine = self.engine()
             if self._client is None or self._url != url or self._engine is not engine:
                 self._client = DBOSClient(
                     system_database_url=url,
@@ -697,8 +714,8 @@ class _Keeper:
             return self._client
 
     def recover(self, executor_id: str, *, alone: bool = False) -> int:
-        self.watch()  # the dead process may have been a taker that hurried the queue
-        return recover_runs_of(executor_id, self.client(), alone=alone)
+        self.watch()  # the dead process may have been a taker that opened the queue
+        return recover_runs_of(executor_id, self.client(), alone=alone, limit=self.limit())
 
     def watch(self) -> None:
         """Have this process's `settle` look at `RECOVERY_QUEUE` until it is empty."""
@@ -706,38 +723,38 @@ class _Keeper:
             self._hurrying = True
             self._hurries += 1
 
-    def hurry(self, client: DBOSClient) -> None:
-        """Runs go on `RECOVERY_QUEUE`: every process looks at it every
-        `RECOVERY_HURRY_SECONDS` (as DBOS's queue threads come down to it) until `settle`
-        finds it empty. Called before the runs are queued (a `settle` elsewhere that finds the
-        queue empty just before sees them at its second look) and after (one that set it back
-        in between is undone)."""
+    def hurry(self, client: DBOSClient, limit: int | None = None) -> None:
+        """Runs go on `RECOVERY_QUEUE`: it is registered (`_open_recovery_queue`, each process
+        taking at most `limit`, default `limit()`, at a time) until `settle` finds it empty.
+        Called before the runs are queued (a `settle` elsewhere that finds the queue empty just
+        before sees them at its second look) and after (one that deleted it in between is
+        undone)."""
         self.watch()
         try:
-            _set_recovery_poll(client, RECOVERY_HURRY_SECONDS)
-        except Exception as e:  # the runs still go back; they are taken at the slower looks
-            logger.warning("could not hurry the queue %r (%s)", RECOVERY_QUEUE, e)
+            _open_recovery_queue(client, self.limit() if limit is None else limit)
+        except Exception as e:  # the runs still wait there: the next settle registers it
+            logger.warning("could not register the queue %r (%s)", RECOVERY_QUEUE, e)
 
     def settle(self) -> None:
         """Each heartbeat, after a takeover or a `hurry` here: while runs wait on
-        `RECOVERY_QUEUE` it stays hurried (set again if a settle elsewhere set it back); once
-        none does, its polling interval goes back to `RECOVERY_POLL_SECONDS`. Look, set, look
-        again: runs another process queued (and hurried for) in between are seen by the second
-        look, which hurries again; any queued after it hurry after this set."""
+        `RECOVERY_QUEUE` it stays registered (again, if a settle elsewhere deleted it); once
+        none does, its registration is deleted. Look, delete, look again: runs another process
+        queued (and registered it for) in between are seen by the second look, which registers
+        it again; any queued after it register it after this delete."""
         with self._hurry_lock:
             if not self._hurrying:
                 return
             seen = self._hurries
         client = self.client()
         if not _recovery_queued(client):
-            _set_recovery_poll(client, RECOVERY_POLL_SECONDS)
+            _close_recovery_queue(client)
             if not _recovery_queued(client):
                 with self._hurry_lock:
                     if self._hurries == seen:
                         self._hurrying = False
                 return
-        # runs wait: hurried (again, if a settle elsewhere or the one above set it back)
-        _set_recovery_poll(client, RECOVERY_HURRY_SECONDS)
+        # runs wait: registered (again, if a settle elsewhere or the one above deleted it)
+        _open_recovery_queue(client, self.limit())
 
     def pending(self, executor_id: str | None) -> list[tuple[str, str, int]]:
         found = self.client().list_workflows(

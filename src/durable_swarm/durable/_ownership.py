@@ -85,9 +85,16 @@ CREATE TABLE IF NOT EXISTS {PROCESSES_TABLE} (
     incarnation VARCHAR(64) NOT NULL,
     started_at BIGINT NOT NULL,
     heartbeat_at BIGINT NOT NULL,
-    claimed_by VARCHAR(255)
+    claimed_by VARCHAR(255),
+    slots INTEGER
 )
 """
+# `slots` (how many runs of dead processes the process takes at a time, see
+# `ProcessRegistry.fleet_slots`) came in a later release: added to a table made before it.
+_ADD_SLOTS = {
+    "postgresql": f"ALTER TABLE {PROCESSES_TABLE} ADD COLUMN IF NOT EXISTS slots INTEGER",
+    "sqlite": f"ALTER TABLE {PROCESSES_TABLE} ADD COLUMN slots INTEGER",
+}
 
 
 def _seconds(value: float | str | None, name: str, env: str) -> float | None:
@@ -253,10 +260,12 @@ class ProcessRegistry:
         *,
         dead_after: float,
         kind: str = "worker",
+        slots: int | None = None,
     ) -> None:
         self.executor_id = executor_id
         self.queue = queue
         self.kind = kind
+        self.slots = slots
         self.dead_after_ms = int(dead_after * 1000)
         self.incarnation = uuid.uuid4().hex
         self._written: int | None = None  # the heartbeat this process last wrote (ms)
@@ -350,14 +359,39 @@ class ProcessRegistry:
             return conn.execute(sa.text(sql), params).rowcount
 
     def ensure_table(self) -> None:
-        """Create the table if it is missing (processes starting together may race: retried)."""
+        """Create the table if it is missing, and add the columns of later releases to one made
+        before them (processes starting together may race: retried)."""
         for attempt in range(3):
             try:
                 self._execute(_CREATE_TABLE)
-                return
+                break
             except sa.exc.DBAPIError:
                 if attempt == 2:
                     raise
+        with self._begin() as conn:
+            found = conn.execute(sa.text(f"SELECT * FROM {PROCESSES_TABLE} WHERE 1 = 0"))
+            if "slots" in list(found.keys()):
+                return
+        try:
+            self._execute(_ADD_SLOTS[self._engine.dialect.name])
+        except sa.exc.DBAPIError as e:
+            said = str(e.orig).lower()
+            if "duplicate column" not in said and "already exists" not in said:
+                raise  # (else another process added it just now)
+
+    def fleet_slots(self) -> int | None:
+        """The smallest `slots` of the live processes (not stopped, not claimed, heard from
+        within `dead_after`, this one included); None if none of them says."""
+        with self._begin() as conn:
+            found = conn.execute(
+                sa.text(
+                    f"SELECT MIN(slots) FROM {PROCESSES_TABLE} WHERE slots IS NOT NULL AND "
+                    f"claimed_by IS NULL AND heartbeat_at <> 0 AND heartbeat_at >= {self._now} "
+                    "- :dead"
+                ),
+                {"dead": self.dead_after_ms},
+            ).scalar()
+        return None if found is None else int(found)
 
     def _rows(self, where: str, **params: Any) -> list[ProcessRow]:
         query = sa.text(
@@ -392,6 +426,7 @@ class ProcessRegistry:
             "pid": os.getpid(),
             "pid_start": _pid_start(os.getpid()) or "",
             "inc": self.incarnation,
+            "slots": self.slots,
         }
         seen: tuple[str, int] | None = None  # a holder's (incarnation, heartbeat) first read
         said = False
@@ -401,9 +436,9 @@ class ProcessRegistry:
                 try:
                     self._execute(
                         f"INSERT INTO {PROCESSES_TABLE} (executor_id, kind, queue, host, machine,"
-                        f" pid, pid_start, incarnation, started_at, heartbeat_at) VALUES (:me, "
-                        f":kind, :queue, :host, :machine, :pid, :pid_start, :inc, {self._now}, "
-                        f"{self._now})",
+                        f" pid, pid_start, incarnation, started_at, heartbeat_at, slots) VALUES "
+                        f"(:me, :kind, :queue, :host, :machine, :pid, :pid_start, :inc, "
+                        f"{self._now}, {self._now}, :slots)",
                         me=self.executor_id,
                         **fields,
                     )
@@ -447,7 +482,8 @@ class ProcessRegistry:
             taken = self._execute(
                 f"UPDATE {PROCESSES_TABLE} SET incarnation = :inc, kind = :kind, queue = :queue,"
                 f" host = :host, machine = :machine, pid = :pid, pid_start = :pid_start, "
-                f"started_at = {self._now}, heartbeat_at = {self._now}, claimed_by = NULL "
+                f"started_at = {self._now}, heartbeat_at = {self._now}, claimed_by = NULL, "
+                "slots = :slots "
                 f"WHERE executor_id = :me AND incarnation = :old AND heartbeat_at = :hb "
                 f"AND {claimed}",
                 me=self.executor_id,
@@ -700,6 +736,7 @@ class Ownership:
         application_version: str,
         say: Callable[[str], None] | None = None,
         on_executor_id_taken: str | None = None,
+        slots: int | None = None,
     ) -> None:
         self.executor_id = executor_id
         self.on_taken = on_taken_policy(on_executor_id_taken)
@@ -707,7 +744,7 @@ class Ownership:
         self.heartbeat_interval = heartbeat_interval
         self.dead_after = dead_after
         self.registry = ProcessRegistry(
-            database_url, executor_id, queue, dead_after=dead_after, kind=kind
+            database_url, executor_id, queue, dead_after=dead_after, kind=kind, slots=slots
         )
         self._version = application_version
         self._url = database_url

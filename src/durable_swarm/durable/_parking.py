@@ -15,7 +15,7 @@ import re
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .. import _registry
 from ..errors import DurableSwarmError
@@ -31,6 +31,9 @@ from ._engine import (
 from ._sealing import keyring
 from ._swarms import registry
 from ._waits import Wait, WaitBook
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 __all__ = [
     "RESUME_DEADLINE",
@@ -249,7 +252,7 @@ MISSING_AGE_SECONDS = 2.0
 STALE_SECONDS = 60.0
 
 
-def sweep(source: Any) -> int:
+def sweep(source: Any, engine: sa.Engine | None = None) -> int:
     """Resume the parked runs whose wait ended but that nobody resumed, in this process's run
     database; returns how many. Run by every process's ownership thread now and then:
 
@@ -265,8 +268,11 @@ def sweep(source: Any) -> int:
     deletes the waits of runs that ended or are gone, and the `missing` and `limit` waits a run
     got past (resumed, it went on or parked elsewhere); never a wait for a person or a
     sub-agent of a run still waiting (its answer is the run's). `source` is a `DBOSClient` that
-    fails at once while the database is away (this runs in the heartbeat's thread)."""
-    waits = book()
+    fails at once while the database is away (this runs in the heartbeat's thread), `engine`
+    the engine to read and write the waits on (default: the process's shared one)."""
+    url = _dbos.run_database_url()
+    assert url is not None, "DBOS is not launched in this process"
+    waits = WaitBook(url, engine)
     stale = waits.stale(MISSING_AGE_SECONDS, STALE_SECONDS)
     if not stale:
         return 0

@@ -54,12 +54,18 @@ def missing_table(error: sa.exc.DBAPIError) -> bool:
 
 
 def engine_with(
-    database_url: str, table: str, ddl: str, upgrades: Mapping[str, str] | None = None
+    database_url: str,
+    table: str,
+    ddl: str,
+    upgrades: Mapping[str, str] | None = None,
+    *,
+    engine: sa.Engine | None = None,
 ) -> sa.Engine:
-    """The shared engine on `database_url`, with `table` created by `ddl` if it is missing
-    (for writes), then brought up to date by `upgrades[<dialect name>]` if given (a statement
-    that changes nothing on a table already up to date)."""
-    engine = engine_for(database_url)
+    """The shared engine on `database_url` (or `engine`, another engine on it), with `table`
+    created by `ddl` if it is missing (for writes), then brought up to date by
+    `upgrades[<dialect name>]` if given (a statement that changes nothing on a table already up
+    to date)."""
+    engine = engine or engine_for(database_url)
     with _lock:
         if (database_url, table) not in _made:
             for attempt in range(3):

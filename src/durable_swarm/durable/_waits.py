@@ -177,20 +177,25 @@ class Wait:
 
 
 class WaitBook:
-    """The waits table of one run database (engines shared per database in a process).
+    """The waits table of one run database, on the process's shared engine of it (or on
+    `engine`: the ownership thread reads and sweeps it on its own).
 
     With an encryption key, an answer (what a person wrote, a decision) is stored sealed,
     bound to its run (`_sealing`)."""
 
-    def __init__(self, database_url: str) -> None:
+    def __init__(self, database_url: str, engine: sa.Engine | None = None) -> None:
         self._url = database_url
+        self._given = engine  # None: the process's shared engine on the database
         if database_url.startswith("postgresql"):
             self._now = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
         else:
             self._now = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
 
     def _engine(self) -> sa.Engine:
-        return engine_with(self._url, WAITS_TABLE, _CREATE_TABLE)
+        return engine_with(self._url, WAITS_TABLE, _CREATE_TABLE, engine=self._given)
+
+    def _reader(self) -> sa.Engine:
+        return self._given or engine_for(self._url)
 
     def ensure(self) -> None:
         """Create the table if it is missing (a process launching DBOS on the database)."""
@@ -235,7 +240,7 @@ class WaitBook:
 
     def _read(self, sql: str, **params: Any) -> list[Any]:
         def read() -> list[Any]:
-            with engine_for(self._url).connect() as conn:
+            with self._reader().connect() as conn:
                 return list(conn.execute(sa.text(sql), params).fetchall())
 
         try:
@@ -433,7 +438,7 @@ class WaitBook:
             f"SELECT 1 FROM {WAITS_TABLE} WHERE run_id IN :ids AND wait_key = :key"
         ).bindparams(sa.bindparam("ids", expanding=True))
         try:
-            with engine_for(self._url).connect() as conn:
+            with self._reader().connect() as conn:
                 return conn.execute(query, {"ids": ids, "key": CANCELLED}).first() is not None
         except sa.exc.DBAPIError as e:
             if missing_table(e):
@@ -460,7 +465,7 @@ class WaitBook:
         if not run_ids:
             return {}
         try:
-            with engine_for(self._url).connect() as conn:
+            with self._reader().connect() as conn:
                 return parked_in(conn, run_ids)
         except sa.exc.DBAPIError as e:
             if missing_table(e):
@@ -490,7 +495,7 @@ class WaitBook:
     def now_ms(self) -> int | None:
         """The database's clock, in milliseconds (None: the database does not answer)."""
         try:
-            with engine_for(self._url).connect() as conn:
+            with self._reader().connect() as conn:
                 return int(conn.execute(sa.text(f"SELECT {self._now}")).scalar_one())
         except sa.exc.DBAPIError:
             return None
