@@ -400,7 +400,8 @@ def put_back(run_id: str, *, execution: bool = False, source: Any = None) -> boo
     """Put `run_id`, PENDING under this process's executor id but no longer run by any
     execution here (it stopped on a database error; `execution`: the caller is the one
     execution of it here, which ends next without recording anything), back on its queue for
-    any process to take. True if it did; False if it is not this process's to put back; None
+    any process to take (a run started without a queue: on `RECOVERY_QUEUE`, opened for it).
+    True if it did; False if it is not this process's to put back; None
     while this process's ownership is not confirmed (try again: someone may be taking its runs
     over). Never while another execution here runs it (a second execution beside a first would
     run its next step twice). `source`: a `DBOSClient` (default: DBOS, outside any run)."""
@@ -420,14 +421,19 @@ def put_back(run_id: str, *, execution: bool = False, source: Any = None) -> boo
         status = found[0] if found else None
     if status is None or status.status != "PENDING" or status.executor_id != own.executor_id:
         return False
-    queue = None if own_queue(status.queue_name) else status.queue_name
+    queue = (None if own_queue(status.queue_name) else status.queue_name) or RECOVERY_QUEUE
+    recovery = queue == RECOVERY_QUEUE  # registered only while runs wait on it: open it
+    if recovery:
+        _KEEPER.hurry(source or _KEEPER.client())
     try:
         if source is None:
-            outside_run(DBOS.resume_workflow, run_id, queue_name=queue or RECOVERY_QUEUE)
+            outside_run(DBOS.resume_workflow, run_id, queue_name=queue)
         else:
-            source.resume_workflow(run_id, queue_name=queue or RECOVERY_QUEUE)
+            source.resume_workflow(run_id, queue_name=queue)
     except DBOSNonExistentWorkflowError:
         return False
+    if recovery:  # again once it waits there: a settle elsewhere may have deleted it meanwhile
+        _KEEPER.hurry(source or _KEEPER.client())
     return True
 
 
