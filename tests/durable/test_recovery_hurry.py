@@ -129,3 +129,18 @@ def test_the_queue_takes_the_smallest_recovery_slots_of_the_live_processes(
         _dbos._close_recovery_queue(other_client)
         for each in (small, registry):
             each.close()
+
+
+def test_recovery_slots_come_from_the_environment_else_the_worker_and_a_bad_value_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from durable_swarm.errors import DurableSwarmError
+
+    monkeypatch.delenv(_dbos.RECOVERY_SLOTS_ENV, raising=False)
+    assert _dbos.recovery_slots() == (_dbos.DEFAULT_RECOVERY_SLOTS, False)
+    assert _dbos.recovery_slots(7) == (7, False)  # a worker's concurrency
+    monkeypatch.setenv(_dbos.RECOVERY_SLOTS_ENV, "4")
+    assert _dbos.recovery_slots(7) == (4, True)  # the fleet's, strict
+    monkeypatch.setenv(_dbos.RECOVERY_SLOTS_ENV, "none")
+    with pytest.raises(DurableSwarmError, match="DURABLE_SWARM_RECOVERY_SLOTS='none'"):
+        _dbos.recovery_slots(7)
