@@ -66,7 +66,7 @@ def test_runs_queued_by_another_taker_during_a_settle_keep_it_registered(
     keeper = _dbos._Keeper()
     keeper.hurry(keeper.client())
     looks = iter([False, True])  # empty at the first look; runs queued before the second
-    monkeypatch.setattr(_dbos, "_recovery_queued", lambda client: next(looks))
+    monkeypatch.setattr(_dbos, "_recovery_queued", lambda *args: next(looks))
     keeper.settle()
     assert _interval(other_client) == RECOVERY_HURRY_SECONDS
 

@@ -300,8 +300,12 @@ def test_a_heartbeat_is_one_transaction_with_its_look_for_dead_processes(
     own.registry.close()
 
 
+@pytest.mark.parametrize("cannot_add", [False, True], ids=["added", "not-added"])
 def test_a_process_table_of_an_earlier_release_gets_the_slots_column(
     make_database_url: Callable[..., str],
+    cannot_add: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     # Tables made before the processes said their recovery slots lack the column: the first
     # process of this release adds it, and the processes of the fleet agree on the smallest.
@@ -326,10 +330,24 @@ def test_a_process_table_of_an_earlier_release_gets_the_slots_column(
             )
         )
     old.dispose()
+    if cannot_add:  # e.g. a role that does not own the table: the process runs without it
+        from durable_swarm.durable import _ownership
+
+        monkeypatch.setattr(
+            _ownership, "_ADD_SLOTS", {"postgresql": "NOT SQL", "sqlite": "NOT SQL"}
+        )
     made = [
         ProcessRegistry(url, name, "q", dead_after=60.0, slots=slots)
         for name, slots in (("eight", 8), ("five", 5), ("unsaid", None))
     ]
+    if cannot_add:
+        for registry in made:
+            registry.register(never_stop)
+        assert made[0].fleet_slots() is None and len(made[0].executors()) == 4
+        assert "could not add the column slots" in caplog.text
+        for registry in made:
+            registry.close()
+        return
     for registry in made:
         registry.register(never_stop)
     assert made[0].fleet_slots() == 5

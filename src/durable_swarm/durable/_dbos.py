@@ -424,7 +424,7 @@ def put_back(run_id: str, *, execution: bool = False, source: Any = None) -> boo
     queue = (None if own_queue(status.queue_name) else status.queue_name) or RECOVERY_QUEUE
     recovery = queue == RECOVERY_QUEUE  # registered only while runs wait on it: open it
     if recovery:
-        _KEEPER.hurry(source or _KEEPER.client())
+        _hurry_from(source)
     try:
         if source is None:
             outside_run(DBOS.resume_workflow, run_id, queue_name=queue)
@@ -433,8 +433,18 @@ def put_back(run_id: str, *, execution: bool = False, source: Any = None) -> boo
     except DBOSNonExistentWorkflowError:
         return False
     if recovery:  # again once it waits there: a settle elsewhere may have deleted it meanwhile
-        _KEEPER.hurry(source or _KEEPER.client())
+        _hurry_from(source)
     return True
+
+
+def _hurry_from(source: Any) -> None:
+    """`_KEEPER.hurry` from `put_back`: through `source` (the ownership thread's client), or,
+    from a run's own thread, through this process's DBOS (its pool, not the heartbeat's) with
+    the fleet's recovery slots as the ownership thread last read them."""
+    if source is not None:
+        _KEEPER.hurry(source)
+    else:
+        outside_run(_KEEPER.hurry, DBOS, _KEEPER.known_limit())
 
 
 # Executions of runs in this process now, by run id (a run DBOS runs twice here for a moment,
@@ -646,8 +656,10 @@ def _close_recovery_queue(client: DBOSClient) -> None:
     client.delete_queue(RECOVERY_QUEUE)
 
 
-def _recovery_queued(client: DBOSClient) -> bool:
-    """Whether a run of this application version waits on `RECOVERY_QUEUE` to be taken."""
+def _recovery_queued(client: DBOSClient, executor_id: str | None = None) -> bool:
+    """Whether a run of this application version waits on `RECOVERY_QUEUE` to be taken, or is
+    PENDING on it under `executor_id` (this process) without running here: DBOS's own recovery
+    at launch puts such a run back on its queue a moment later."""
     found = client.list_workflows(
         queue_name=RECOVERY_QUEUE,
         status="ENQUEUED",
@@ -656,7 +668,18 @@ def _recovery_queued(client: DBOSClient) -> bool:
         load_input=False,
         load_output=False,
     )
-    return bool(found)
+    if found or executor_id is None:
+        return bool(found)
+    pending = client.list_workflows(
+        queue_name=RECOVERY_QUEUE,
+        status="PENDING",
+        executor_id=executor_id,
+        app_version=APPLICATION_VERSION,
+        load_input=False,
+        load_output=False,
+    )
+    running = set(busy_runs())
+    return any(run.workflow_id not in running for run in pending)
 
 
 class _Keeper:
@@ -671,6 +694,7 @@ class _Keeper:
         self._url: str | None = None
         self._engine: sa.Engine | None = None  # the client's, see `bind`
         self._bound: tuple[str, ProcessRegistry] | None = None
+        self._limit: int | None = None  # `limit` as last read
         self._lock = threading.Lock()
         # Whether `RECOVERY_QUEUE` may be registered (see `hurry`); True at first, so a process
         # that starts deletes a registration a dead taker left. `_hurries` counts the hurries,
@@ -685,6 +709,8 @@ class _Keeper:
         idle, one connection; the fleet's recovery slots are read from `registry`."""
         with self._lock:
             self._bound = (url, registry)
+            self._limit = None
+        self.watch()  # a new launch looks at the queue again (a relaunch in this process too)
 
     def engine(self) -> sa.Engine:
         """The engine of the client: the bound registry's (`bind`), else the shared one."""
@@ -696,12 +722,18 @@ class _Keeper:
     def limit(self) -> int:
         """How many runs of dead processes each process takes at a time: the strict limit
         (DURABLE_SWARM_RECOVERY_SLOTS), else the smallest recovery slots of the live
-        processes, this one's included."""
+        processes, this one's included (read on the ownership thread's engine)."""
         bound = self._bound
         if _strict_slots or bound is None:
             return _own_slots
         fleet = bound[1].fleet_slots()
-        return _own_slots if fleet is None else min(fleet, _own_slots)
+        self._limit = _own_slots if fleet is None else min(fleet, _own_slots)
+        return self._limit
+
+    def known_limit(self) -> int:
+        """`limit` as last read (this process's own slots before the first read), without a
+        query: for a run's thread, which stays off the ownership thread's engine."""
+        return _own_slots if _strict_slots or self._limit is None else self._limit
 
     def client(self) -> DBOSClient:
         url = run_database_url()
@@ -752,9 +784,11 @@ class _Keeper:
                 return
             seen = self._hurries
         client = self.client()
-        if not _recovery_queued(client):
+        bound = self._bound
+        mine = bound[1].executor_id if bound is not None else None
+        if not _recovery_queued(client, mine):
             _close_recovery_queue(client)
-            if not _recovery_queued(client):
+            if not _recovery_queued(client, mine):
                 with self._hurry_lock:
                     if self._hurries == seen:
                         self._hurrying = False

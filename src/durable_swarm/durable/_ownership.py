@@ -266,6 +266,7 @@ class ProcessRegistry:
         self.queue = queue
         self.kind = kind
         self.slots = slots
+        self._with_slots = True  # whether the table has the column (see `ensure_table`)
         self.dead_after_ms = int(dead_after * 1000)
         self.incarnation = uuid.uuid4().hex
         self._written: int | None = None  # the heartbeat this process last wrote (ms)
@@ -336,8 +337,13 @@ class ProcessRegistry:
         transaction per beat."""
         held: sa.Connection | None = getattr(self._held, "conn", None)
         assert held is not None, "one_transaction() runs inside one_connection()"
-        with held.begin():
-            yield
+        written = self._written, self._written_at
+        try:
+            with held.begin():
+                yield
+        except BaseException:
+            self._written, self._written_at = written  # a beat rolled back was never written
+            raise
 
     @contextlib.contextmanager
     def _begin(self) -> Iterator[sa.Connection]:
@@ -368,20 +374,35 @@ class ProcessRegistry:
             except sa.exc.DBAPIError:
                 if attempt == 2:
                     raise
+        self._with_slots = True
+        if self._has_slots():
+            return
+        try:
+            with self._begin() as conn:
+                if self._engine.dialect.name == "postgresql":  # never hold the fleet's beats
+                    conn.execute(sa.text("SET LOCAL lock_timeout = '5s'"))
+                conn.execute(sa.text(_ADD_SLOTS[self._engine.dialect.name]))
+        except sa.exc.DBAPIError as e:
+            if not self._has_slots():  # (else another process added it just now)
+                logger.warning(
+                    "durable-swarm: could not add the column slots to %s (%s); this process "
+                    "runs without saying its recovery slots (a takeover uses its own). Run a "
+                    "process once as the table's owner to add it.",
+                    PROCESSES_TABLE,
+                    str(e.orig).strip().splitlines()[0] if e.orig else e,
+                )
+                self._with_slots = False
+
+    def _has_slots(self) -> bool:
         with self._begin() as conn:
             found = conn.execute(sa.text(f"SELECT * FROM {PROCESSES_TABLE} WHERE 1 = 0"))
-            if "slots" in list(found.keys()):
-                return
-        try:
-            self._execute(_ADD_SLOTS[self._engine.dialect.name])
-        except sa.exc.DBAPIError as e:
-            said = str(e.orig).lower()
-            if "duplicate column" not in said and "already exists" not in said:
-                raise  # (else another process added it just now)
+            return "slots" in list(found.keys())
 
     def fleet_slots(self) -> int | None:
         """The smallest `slots` of the live processes (not stopped, not claimed, heard from
         within `dead_after`, this one included); None if none of them says."""
+        if not self._with_slots:
+            return None
         with self._begin() as conn:
             found = conn.execute(
                 sa.text(
@@ -428,6 +449,10 @@ class ProcessRegistry:
             "inc": self.incarnation,
             "slots": self.slots,
         }
+        # (a table this process could not add the column to: rows without it)
+        slots, slots_value, slots_set = (
+            (", slots", ", :slots", ", slots = :slots") if self._with_slots else ("", "", "")
+        )
         seen: tuple[str, int] | None = None  # a holder's (incarnation, heartbeat) first read
         said = False
         while True:
@@ -436,9 +461,9 @@ class ProcessRegistry:
                 try:
                     self._execute(
                         f"INSERT INTO {PROCESSES_TABLE} (executor_id, kind, queue, host, machine,"
-                        f" pid, pid_start, incarnation, started_at, heartbeat_at, slots) VALUES "
+                        f" pid, pid_start, incarnation, started_at, heartbeat_at{slots}) VALUES "
                         f"(:me, :kind, :queue, :host, :machine, :pid, :pid_start, :inc, "
-                        f"{self._now}, {self._now}, :slots)",
+                        f"{self._now}, {self._now}{slots_value})",
                         me=self.executor_id,
                         **fields,
                     )
@@ -482,8 +507,8 @@ class ProcessRegistry:
             taken = self._execute(
                 f"UPDATE {PROCESSES_TABLE} SET incarnation = :inc, kind = :kind, queue = :queue,"
                 f" host = :host, machine = :machine, pid = :pid, pid_start = :pid_start, "
-                f"started_at = {self._now}, heartbeat_at = {self._now}, claimed_by = NULL, "
-                "slots = :slots "
+                f"started_at = {self._now}, heartbeat_at = {self._now}, claimed_by = NULL"
+                f"{slots_set} "
                 f"WHERE executor_id = :me AND incarnation = :old AND heartbeat_at = :hb "
                 f"AND {claimed}",
                 me=self.executor_id,
