@@ -685,9 +685,10 @@ def _recovery_queued(client: DBOSClient, executor_id: str | None = None) -> bool
 class _Keeper:
     """The runs as the ownership thread sees them (`_ownership.RunKeeper`), through DBOS's
     public API: a `DBOSClient` on the run database made with `retry_connection_errors=False`
-    (on this library's engine of it), so that a call made while the database is away fails at
-    once instead of waiting, with DBOS's backoff, for it to come back; the heartbeat thread
-    that makes it must go on beating (a stalled heartbeat gets a process taken for dead)."""
+    (on the process registry's engine, see `bind`), so that a call made while the database is
+    away fails at once instead of waiting, with DBOS's backoff, for it to come back; the
+    heartbeat thread that makes it must go on beating (a stalled heartbeat gets a process taken
+    for dead)."""
 
     def __init__(self) -> None:
         self._client: DBOSClient | None = None
