@@ -241,6 +241,11 @@ def test_every_row_of_a_deleted_run_goes(swarm: DurableSwarm) -> None:
     swarm.run(AGENT, user("session"), run_id="sessioned", session="retention-test")
     swarm.start(AGENT, user("ask"), run_id="kept")
     _wait(swarm, "kept", "waiting_for_input")
+    # (its status says it waits a moment before its wait's row is written: wait for the row)
+    deadline = time.monotonic() + 60
+    while _rows(swarm.database_url, ["kept"])[WAITS_TABLE] == 0:
+        assert time.monotonic() < deadline, "the waiting run's row in the waits table"
+        time.sleep(0.05)
     WaitBook(swarm.database_url).arrive("paid", "person:9", "input")  # a wait left behind
     ids = ["streamed", "parent", "parent-sub1", "paid", "sessioned"]
     before = _rows(swarm.database_url, ids)
