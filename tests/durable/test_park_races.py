@@ -5,6 +5,7 @@ none of a process taken for dead whose run went elsewhere."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 from _support.wait import wait_for
 from durable_swarm import Agent, ask_user
 from durable_swarm.durable import _dbos, _parking
-from durable_swarm.durable._engine import DBOS
+from durable_swarm.durable._engine import DBOS, DBOSWorkflowCancelledError
 from durable_swarm.durable._waits import WaitBook, person_key
 from durable_swarm.errors import RunCancelledError
 from durable_swarm.testing import ScriptedClient, ToolCall, calls, text
@@ -75,6 +76,50 @@ def test_a_resumed_cancelled_run_waits_again_and_one_answer_finishes_it(
     info = swarm.get_run(run_id)
     assert [s.kind for s in info.steps].count("wait") == 1
     assert [s.kind for s in info.steps].count("model") == 2
+
+
+def test_an_execution_winding_down_from_a_cancel_does_not_undo_the_resume_after_it(
+    durable_swarm_factory: Any, run_id: str
+) -> None:
+    """A person cancels a run and resumes it at once, while the execution they cancelled is
+    still winding down: what that execution does after seeing the cancel (mark its wait
+    cancelled, make sure DBOS shows it cancelled) must not cancel the resumed run."""
+    swarm = durable_swarm_factory(ScriptedClient(_script))
+    handle = swarm.start(ASKER, [{"role": "user", "content": "hi"}], run_id=run_id)
+    _parked(swarm, run_id)
+    waits: WaitBook = swarm.runs.waits
+    swarm.cancel(run_id)
+    assert waits.cancelled(run_id)  # the execution looks now and sees the cancel ...
+    with contextlib.suppress(RunCancelledError):
+        handle.result()
+    swarm.resume(run_id)  # ... the person resumes the run ...
+    # ... and the execution acts on what it saw only now: nothing changes.
+    assert waits.honour_cancel(run_id) == 0
+    with pytest.raises(DBOSWorkflowCancelledError):
+        asyncio.run(_parking._cancel_self(waits, run_id, "a test"))
+    assert not waits.cancelled(run_id)
+    wait_for(lambda: swarm.get_run(run_id).status == "waiting_for_input", "the question again")
+    _parked(swarm, run_id)
+    swarm.send_input(run_id, "Ada")
+    assert swarm.handle(run_id).result().messages[-1]["content"] == "Hello Ada."
+
+
+def test_a_late_execution_still_honours_a_cancel_that_stands(
+    durable_swarm_factory: Any, run_id: str
+) -> None:
+    """While a person's cancel stands (on the run or a run above it), `honour_cancel` ends the
+    run's own live waits, such as one it reached after the cancel marked the others."""
+    swarm = durable_swarm_factory(ScriptedClient(_script))
+    waits: WaitBook = swarm.runs.waits
+    child = f"{run_id}-sub1"
+    waits.arrive(child, person_key(1), "input")
+    assert waits.honour_cancel(child) == 0  # nobody cancelled: nothing changes
+    waits.cancel_tree(run_id)  # the parent's cancel, before the sub-agent reached a wait ...
+    waits.arrive(child, person_key(2), "input")  # ... which it reaches now
+    assert waits.honour_cancel(child) == 1
+    for key in (person_key(1), person_key(2)):
+        assert getattr(waits.look(child, key), "state", None) == "cancelled"
+    assert not waits.cancelled("other-run") and waits.cancelled(child)
 
 
 class _Ownership:

@@ -98,13 +98,13 @@ async def park(
     if not await _in_thread(waits.begin_park, run_id, key, kind, queue, detail):
         found = await _in_thread(waits.look, run_id, key)
         if found is not None and found.state == "cancelled":
-            await _cancel_self(run_id, why)
+            await _cancel_self(waits, run_id, why)
         return  # answered meanwhile: the caller takes the answer
     _QUIET.add(run_id)
     await outside_run_async(DBOS.cancel_workflow, run_id)
     parked = await _in_thread(waits.park, run_id, key)
     if await _in_thread(waits.cancelled, run_id):  # a person cancelled it meanwhile
-        await _in_thread(waits.cancel_tree, run_id)
+        await _in_thread(waits.honour_cancel, run_id)
         raise DBOSWorkflowCancelledError(f"Run {run_id} was cancelled while it waited ({why})")
     if not parked:  # someone took the resume already (it saw the run cancelled)
         raise DBOSWorkflowCancelledError(f"Run {run_id} is parked: it waits for {why}")
@@ -116,10 +116,13 @@ async def park(
     raise DBOSWorkflowCancelledError(f"Run {run_id} is parked: it waits for {why}")
 
 
-async def _cancel_self(run_id: str, why: str) -> NoReturn:
-    """A person cancelled `run_id`: make sure DBOS shows it cancelled, and end this execution
-    without recording anything more."""
-    await outside_run_async(DBOS.cancel_workflow, run_id)
+async def _cancel_self(waits: WaitBook, run_id: str, why: str) -> NoReturn:
+    """A person cancelled `run_id`: make sure DBOS shows it cancelled (their cancel may have
+    died between its tombstone and DBOS's cancel), and end this execution without recording
+    anything more. Only while their tombstone is still there: if they resumed the run since,
+    the cancel in DBOS would stop the resumed run (this execution merely ends)."""
+    if await _in_thread(waits.cancelled, run_id):
+        await outside_run_async(DBOS.cancel_workflow, run_id)
     raise DBOSWorkflowCancelledError(f"Run {run_id} was cancelled while it waited ({why})")
 
 
@@ -147,7 +150,7 @@ def resume(source: Any, wait: Wait, waits: WaitBook | None = None) -> None:
             outside_run(DBOS.cancel_workflow, wait.run_id)
         else:
             source.cancel_workflow(wait.run_id)
-        waits.cancel_tree(wait.run_id)
+        waits.honour_cancel(wait.run_id)
 
 
 # A resume won at a compare-and-set is made within this many seconds of it, or not at all (the

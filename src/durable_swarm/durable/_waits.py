@@ -42,7 +42,10 @@ The orders that make it exact:
 * so exactly one of them resumes a parked run, whatever the interleaving;
 * a person's cancel leaves a tombstone first, then cancels in DBOS, then marks the live waits
   cancelled (`cancel_tree`); a run that parks checks the tombstone after it marked itself
-  parked, and a resumer checks it after its resume: a cancel is never undone.
+  parked, and a resumer checks it after its resume: a cancel is never undone. Only a person
+  leaves a tombstone, and only a person's resume removes it (`uncancel_tree`): an execution
+  that saw it acts on it only while it is there (`honour_cancel`, and `_parking`'s own cancel
+  in DBOS), so an execution still winding down from the cancel cannot undo the resume.
 
 A row of a wait the run went past stays `done` until the run is deleted; a live row is deleted
 when the sweep finds its run ended, and every row with the run. A parked run is CANCELLED in
@@ -428,12 +431,37 @@ class WaitBook:
             run_id,
         )
 
+    def honour_cancel(self, run_id: str) -> int:
+        """A run (or its resumer) found a person's cancel (`cancelled`): its own live waits
+        are marked cancelled, in one statement that does so only while a tombstone on it or
+        on a run above it is still there. A person's resume that came in between removed the
+        tombstone and set the waits waiting again (`uncancel_tree`); an execution that looked
+        before that must not cancel them anew (so it never leaves a tombstone of its own:
+        only a person's cancel does). Returns how many waits that ended."""
+        ids = _lineage(run_id)
+        query = sa.text(
+            f"UPDATE {WAITS_TABLE} SET state = 'cancelled', updated_at = {self._now} WHERE "
+            "run_id = :run_id AND state IN ('waiting', 'parking', 'parked', 'resuming') AND "
+            f"EXISTS (SELECT 1 FROM {WAITS_TABLE} tomb WHERE tomb.run_id IN :ids AND "
+            "tomb.wait_key = :key)"
+        ).bindparams(sa.bindparam("ids", expanding=True))
+
+        def write() -> int:
+            with self._engine().begin() as conn:
+                params = {"run_id": run_id, "ids": ids, "key": CANCELLED}
+                return int(conn.execute(query, params).rowcount)
+
+        try:
+            return self._retrying(write)
+        except sa.exc.DBAPIError as e:
+            if missing_table(e):
+                return 0
+            raise
+
     def cancelled(self, run_id: str) -> bool:
         """Whether a person cancelled `run_id` or a run above it (a tombstone of
         `cancel_tree` on it or on an ancestor: `<a>-sub<N>` is below `<a>`)."""
-        ids = [run_id]
-        while "-sub" in ids[-1]:
-            ids.append(ids[-1].rpartition("-sub")[0])
+        ids = _lineage(run_id)
         query = sa.text(
             f"SELECT 1 FROM {WAITS_TABLE} WHERE run_id IN :ids AND wait_key = :key"
         ).bindparams(sa.bindparam("ids", expanding=True))
@@ -593,6 +621,14 @@ def live_status(
         return found
 
     return status
+
+
+def _lineage(run_id: str) -> list[str]:
+    """`run_id` and the runs above it (`<a>-sub<N>` is a sub-agent run of `<a>`)."""
+    ids = [run_id]
+    while "-sub" in ids[-1]:
+        ids.append(ids[-1].rpartition("-sub")[0])
+    return ids
 
 
 def parked_in(conn: sa.Connection, run_ids: Sequence[str]) -> dict[str, Wait]:
