@@ -344,7 +344,8 @@ def test_a_process_table_of_an_earlier_release_gets_the_slots_column(
         for registry in made:
             registry.register(never_stop)
         assert made[0].fleet_slots() is None and len(made[0].executors()) == 4
-        assert "could not add the column slots" in caplog.text
+        assert f"could not upgrade the table {PROCESSES_TABLE}" in caplog.text
+        assert "without saying its recovery slots" in caplog.text
         for registry in made:
             registry.close()
         return

@@ -670,15 +670,17 @@ def _recovery_queued(client: DBOSClient, executor_id: str | None = None) -> bool
     )
     if found or executor_id is None:
         return bool(found)
+    # One more than the runs running here: if every one listed runs here, none is left over.
+    running = set(busy_runs())
     pending = client.list_workflows(
         queue_name=RECOVERY_QUEUE,
         status="PENDING",
         executor_id=executor_id,
         app_version=APPLICATION_VERSION,
+        limit=len(running) + 1,
         load_input=False,
         load_output=False,
     )
-    running = set(busy_runs())
     return any(run.workflow_id not in running for run in pending)
 
 

@@ -49,6 +49,7 @@ import sqlalchemy as sa
 
 from ..errors import DurableSwarmError, ExecutorIdInUseError
 from ._database import create_engine, describe_fault, display_url
+from ._tables import upgrade_table
 
 __all__ = [
     "DEAD_AFTER_ENV",
@@ -374,24 +375,14 @@ class ProcessRegistry:
             except sa.exc.DBAPIError:
                 if attempt == 2:
                     raise
-        self._with_slots = True
-        if self._has_slots():
-            return
-        try:
-            with self._begin() as conn:
-                if self._engine.dialect.name == "postgresql":  # never hold the fleet's beats
-                    conn.execute(sa.text("SET LOCAL lock_timeout = '5s'"))
-                conn.execute(sa.text(_ADD_SLOTS[self._engine.dialect.name]))
-        except sa.exc.DBAPIError as e:
-            if not self._has_slots():  # (else another process added it just now)
-                logger.warning(
-                    "durable-swarm: could not add the column slots to %s (%s); this process "
-                    "runs without saying its recovery slots (a takeover uses its own). Run a "
-                    "process once as the table's owner to add it.",
-                    PROCESSES_TABLE,
-                    str(e.orig).strip().splitlines()[0] if e.orig else e,
-                )
-                self._with_slots = False
+        self._with_slots = self._has_slots() or upgrade_table(
+            self._begin,
+            self._engine.dialect.name,
+            PROCESSES_TABLE,
+            _ADD_SLOTS[self._engine.dialect.name],
+            done=self._has_slots,
+            without="this process runs without saying its recovery slots (a takeover uses its own)",
+        )
 
     def _has_slots(self) -> bool:
         with self._begin() as conn:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 
 import sqlalchemy as sa
 
@@ -78,27 +79,43 @@ def engine_with(
                         raise
             upgrade = (upgrades or {}).get(engine.dialect.name)
             if upgrade:
-                _upgrade(engine, table, upgrade)
+                upgrade_table(engine.begin, engine.dialect.name, table, upgrade)
             _made.add((database_url, table))
         return engine
 
 
-def _upgrade(engine: sa.Engine, table: str, statement: str) -> None:
-    """Best effort: an upgrade that cannot be made now (the table belongs to another role, or
-    a long transaction holds it) is logged and tried again by the next process; the table
-    works as it is meanwhile, except for what the upgrade was for."""
+def upgrade_table(
+    begin: Callable[[], AbstractContextManager[sa.Connection]],
+    dialect: str,
+    table: str,
+    statement: str,
+    *,
+    done: Callable[[], bool] | None = None,
+    without: str = "it keeps working as it is",
+) -> bool:
+    """Best effort: run the upgrade `statement` of `table` in a transaction of `begin()`
+    (under a 5 s lock timeout on PostgreSQL, so that it never holds up the table's users
+    behind a long transaction). One that cannot be made now (the table belongs to another role,
+    or a long transaction holds it) is logged, saying what works `without` it, and tried again
+    by the next process; `done()`, asked after a failure, tells an upgrade another process
+    made just now (not logged). Returns whether the table is upgraded."""
     try:
-        with engine.begin() as conn:
-            if engine.dialect.name == "postgresql":
+        with begin() as conn:
+            if dialect == "postgresql":
                 conn.execute(sa.text("SET LOCAL lock_timeout = '5s'"))
             conn.execute(sa.text(statement))
+        return True
     except sa.exc.DBAPIError as e:
+        if done is not None and done():
+            return True
         logger.warning(
-            "durable-swarm: could not upgrade the table %s (%s); it keeps working as it is. "
-            "Run the process once as the table's owner to upgrade it.",
+            "durable-swarm: could not upgrade the table %s (%s); %s. Run a process once as "
+            "the table's owner to upgrade it.",
             table,
             str(e.orig).strip().splitlines()[0] if e.orig else e,
+            without,
         )
+        return False
 
 
 def text_columns(table: str, *columns: str) -> dict[str, str]:
