@@ -228,10 +228,12 @@ class WaitBook:
                 time.sleep(pause)
                 pause = min(2.0, pause * 2)
 
-    def _write(self, sql: str, **params: Any) -> list[Any]:
+    def _write(self, sql: str | sa.TextClause, **params: Any) -> list[Any]:
+        statement = sa.text(sql) if isinstance(sql, str) else sql
+
         def write() -> list[Any]:
             with self._engine().begin() as conn:
-                result = conn.execute(sa.text(sql), params)
+                result = conn.execute(statement, params)
                 return list(result.fetchall()) if result.returns_rows else [result.rowcount]
 
         return self._retrying(write)
@@ -445,18 +447,7 @@ class WaitBook:
             f"EXISTS (SELECT 1 FROM {WAITS_TABLE} tomb WHERE tomb.run_id IN :ids AND "
             "tomb.wait_key = :key)"
         ).bindparams(sa.bindparam("ids", expanding=True))
-
-        def write() -> int:
-            with self._engine().begin() as conn:
-                params = {"run_id": run_id, "ids": ids, "key": CANCELLED}
-                return int(conn.execute(query, params).rowcount)
-
-        try:
-            return self._retrying(write)
-        except sa.exc.DBAPIError as e:
-            if missing_table(e):
-                return 0
-            raise
+        return int(self._write(query, run_id=run_id, ids=ids, key=CANCELLED)[0])
 
     def cancelled(self, run_id: str) -> bool:
         """Whether a person cancelled `run_id` or a run above it (a tombstone of
