@@ -55,7 +55,7 @@ from ._cli._sessions import SESSION_HANDLERS
 from ._cli._store import CliError
 from ._cli._style import Style, clean, use_color
 from .durable import DEFAULT_CONCURRENCY, DEFAULT_QUEUE
-from .durable._client import DEFAULT_SHUTDOWN_GRACE
+from .durable._client import DEFAULT_BUSY_POLL_INTERVAL, DEFAULT_SHUTDOWN_GRACE
 from .durable._runs import STATUSES
 from .errors import DurableSwarmError
 
@@ -398,8 +398,14 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     worker.add_argument(
         "--poll-interval", type=_positive, default=0.5, metavar="SECONDS",
-        help="seconds between looks at the queue when idle; a finished run takes the next "
-        "queued one at once (default: 0.5)",
+        help="seconds between looks at the queue when idle (default: 0.5)",
+    )  # fmt: skip
+    worker.add_argument(
+        "--busy-poll-interval", type=_positive, default=DEFAULT_BUSY_POLL_INTERVAL,
+        metavar="SECONDS",
+        help="the shortest interval between looks while runs wait for slots: a full worker "
+        "has its queue looked at every twentieth of its runs' time, never more often than "
+        f"this (default: {DEFAULT_BUSY_POLL_INTERVAL:g})",
     )  # fmt: skip
     worker.add_argument("--executor-id", help="this worker's name (default: host, pid, random)")
     worker.add_argument(
@@ -546,6 +552,7 @@ def _cmd_worker(args: argparse.Namespace, style: Style) -> int:
         database_url=getattr(args, "database_url", None),
         executor_id=args.executor_id,
         poll_interval=args.poll_interval,
+        busy_poll_interval=args.busy_poll_interval,
         heartbeat_interval=args.heartbeat_interval,
         dead_after=args.dead_after,
         shutdown_grace=args.shutdown_grace,

@@ -42,6 +42,8 @@ __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_QUEUE", "ClientRunHandle", "DurableCl
 
 DEFAULT_QUEUE = "durable_swarm"
 DEFAULT_CONCURRENCY = 10  # runs a worker serving a queue takes at a time
+# seconds between a worker queue's looks while runs wait for slots (see `_pace`)
+DEFAULT_BUSY_POLL_INTERVAL = 0.05
 DEFAULT_SHUTDOWN_GRACE = 10.0  # seconds a worker may take to stop before it exits anyway
 _FINISHED = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
 

@@ -13,7 +13,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .._aio import in_event_loop
 from ..errors import DatabaseUnavailableError, DurableSwarmError, ExecutorIdInUseError
@@ -44,6 +44,7 @@ __all__ = [
     "APPLICATION_VERSION",
     "RECOVERY_QUEUE",
     "Admission",
+    "LoadWatcher",
     "add_sweep",
     "admit",
     "busy_runs",
@@ -64,6 +65,7 @@ __all__ = [
     "run_status",
     "running_runs",
     "shutdown",
+    "watch_load",
 ]
 
 # Recovery only picks up runs of the same application version, so it follows the log's
@@ -495,14 +497,15 @@ def note_taken(run_ids: Sequence[str]) -> None:
 
 
 class Execution:
-    """One execution of a run in this process: its run, and the ownership epoch it began in
-    (or was last confirmed in, see `admit`)."""
+    """One execution of a run in this process: its run, the ownership epoch it began in (or
+    was last confirmed in, see `admit`), and when it began (`time.monotonic()`)."""
 
-    __slots__ = ("epoch", "run_id")
+    __slots__ = ("began", "epoch", "run_id")
 
     def __init__(self, run_id: str, epoch: int) -> None:
         self.run_id = run_id
         self.epoch = epoch
+        self.began = time.monotonic()
 
 
 # The execution whose task (or step thread) runs the calling code, set as it begins.
@@ -526,6 +529,31 @@ def note_entered(run_id: str) -> None:
         _executions[run_id] = _executions.get(run_id, 0) + 1
         _newest[run_id] = execution
         _last_entered = time.monotonic()
+        running = len(_executions)
+    watcher = _load_watcher
+    if watcher is not None:
+        watcher.entered(running)
+
+
+class LoadWatcher(Protocol):
+    """What `watch_load` tells (a worker's `QueuePace`); each call must return at once: it runs
+    in the run's own task or thread."""
+
+    def entered(self, running: int) -> None:
+        """An execution began here; `running` runs execute here now."""
+
+    def left(self, seconds: float) -> None:
+        """An execution that began here ended (finished, failed, parked) after `seconds`."""
+
+
+_load_watcher: LoadWatcher | None = None
+
+
+def watch_load(watcher: LoadWatcher | None) -> None:
+    """Have `watcher` told as each execution of a run begins and ends in this process; None
+    stops it."""
+    global _load_watcher
+    _load_watcher = watcher
 
 
 def note_left(run_id: str) -> None:
@@ -540,6 +568,9 @@ def note_left(run_id: str) -> None:
             _executions.pop(run_id, None)
         if execution is not None and _newest.get(run_id) is execution:
             del _newest[run_id]
+    watcher = _load_watcher
+    if watcher is not None and execution is not None and execution.run_id == run_id:
+        watcher.left(time.monotonic() - execution.began)
 
 
 def busy_runs() -> list[str]:

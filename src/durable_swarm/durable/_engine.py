@@ -1,11 +1,12 @@
 """The one seam to DBOS: the only module of durable-swarm that imports `dbos` or touches it.
 
 Everything else in the package goes through the names here: DBOS's public API, re-exported
-(`DBOS`, `DBOSClient`, `SetWorkflowID`, `StepOptions`, `EnqueueOptions`, `Serializer`, the
-errors of the public `dbos.error` module), a few helpers over it (`outside_run`: a DBOS call
-that is no step of the calling run), and one function for each thing DBOS (3.4) has no public
-call for. `tests/test_engine_seam.py` holds every other module to it; `scripts/dbos_touches.py`
-counts the private reaches left here, and the test holds that count down.
+(`DBOS`, `DBOSClient`, `Queue`, `SetWorkflowID`, `StepOptions`, `EnqueueOptions`,
+`Serializer`, the errors of the public `dbos.error` module), a few helpers over it
+(`outside_run`: a DBOS call that is no step of the calling run), and one function for each
+thing DBOS (3.4) has no public call for. `tests/test_engine_seam.py` holds every other
+module to it; `scripts/dbos_touches.py` counts the private reaches left here, and the test
+holds that count down.
 
 The private reaches, what each is for, and what happens on a DBOS release whose internals
 differ (`tests/durable/test_engine_contract.py` fails first, naming the change):
@@ -43,6 +44,7 @@ from dbos import (
     DBOS,
     DBOSClient,
     EnqueueOptions,
+    Queue,
     Serializer,
     SetWorkflowID,
     StepOptions,
@@ -62,6 +64,7 @@ __all__ = [
     "DBOSWorkflowCancelledError",
     "DBOSWorkflowConflictIDError",
     "EnqueueOptions",
+    "Queue",
     "Serializer",
     "SetWorkflowID",
     "StepOptions",

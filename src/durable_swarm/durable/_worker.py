@@ -30,11 +30,17 @@ from .. import _registry
 from ..errors import DatabaseUnavailableError, DurableSwarmError
 from ..limits import Limits, check_limits
 from . import _dbos, _drain
-from ._client import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, DEFAULT_SHUTDOWN_GRACE
+from ._client import (
+    DEFAULT_BUSY_POLL_INTERVAL,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_QUEUE,
+    DEFAULT_SHUTDOWN_GRACE,
+)
 from ._database import describe_fault, display_url, resolve_database_url
 from ._engine import DBOS
 from ._imports import is_model_client, load_target
 from ._ownership import new_executor_id, on_taken_policy, timing
+from ._pace import QueuePace
 from ._retention import Retention
 from ._sealing import configure as configure_keys
 from ._swarm import DurableSwarm
@@ -63,6 +69,7 @@ class Worker:
         on_executor_id_taken: str | None = None,
         encryption_key: str | Sequence[str] | None = None,
         retention: Retention | Mapping[str, Any] | str | None = None,
+        busy_poll_interval: float = DEFAULT_BUSY_POLL_INTERVAL,
     ) -> None:
         if encryption_key is not None:
             configure_keys(encryption_key)
@@ -72,13 +79,19 @@ class Worker:
             raise DurableSwarmError(
                 f"Worker concurrency must be a whole number of runs >= 1, not {concurrency!r}."
             )
-        if poll_interval <= 0:
-            raise DurableSwarmError("poll_interval must be > 0 seconds.")
+        for name, value in (
+            ("poll_interval", poll_interval),
+            ("busy_poll_interval", busy_poll_interval),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise DurableSwarmError(f"{name} must be a number of seconds > 0, not {value!r}.")
         self.target = target
         self.queue = queue
         self.concurrency = concurrency
         self.heartbeat_interval, self.dead_after = timing(heartbeat_interval, dead_after)
         self.poll_interval = poll_interval
+        self.busy_poll_interval = busy_poll_interval
+        self._pace: QueuePace | None = None
         self.on_executor_id_taken = on_taken_policy(on_executor_id_taken)
         self.retention = Retention.of(retention)
         self._database_url = database_url
@@ -158,7 +171,7 @@ class Worker:
         self._say(
             f"serving queue {self.queue!r} on {display_url(self.database_url)} as executor "
             f"{self.executor_id!r}, concurrency {self.concurrency}, polling every "
-            f"{self.poll_interval:g} s when idle, heartbeat every "
+            f"{self.poll_interval:g} s when idle{self._busy_note()}, heartbeat every "
             f"{self.heartbeat_interval:g} s (dead after {self.dead_after:g} s); agents: {agents}"
         )
         if self.retention is not None:
@@ -174,12 +187,29 @@ class Worker:
                 f"it is now {self.concurrency} for every worker of the queue (the limit is "
                 "stored with the queue, the last worker to start sets it)"
             )
-        DBOS.register_queue(
+        registered = DBOS.register_queue(
             self.queue,
             worker_concurrency=self.concurrency,
             polling_interval_sec=self.poll_interval,
             on_conflict="always_update",
         )
+        pace = QueuePace(
+            registered,
+            slots=self.concurrency,
+            idle=self.poll_interval,
+            busy=self.busy_poll_interval,
+            settle_every=self.heartbeat_interval,
+            check_every=self.dead_after,
+        )
+        if pace.active:
+            self._pace = pace
+            _dbos.watch_load(pace)
+            pace.start()
+
+    def _busy_note(self) -> str:
+        if self._pace is None:
+            return ""
+        return f", as often as every {self.busy_poll_interval:g} s while runs wait for its slots"
 
     def request_stop(self) -> None:
         """Ask `serve` to return (what SIGTERM and SIGINT do)."""
@@ -215,6 +245,10 @@ class Worker:
         grace = self._exit_grace
         if grace is not None:
             _exit_after(grace, self)
+        pace, self._pace = self._pace, None
+        if pace is not None:  # within the grace: a database that is away holds it 1 s at most
+            _dbos.watch_load(None)
+            pace.stop(timeout=1.0)
         # The steps get the grace less a moment for DBOS's own stop.
         left = _dbos.drain(None if grace is None else max(0.0, grace - min(1.0, grace / 4)))
         if left and grace is not None:
@@ -313,6 +347,7 @@ def run_worker(
     limits: Limits | None = None,
     encryption_key: str | Sequence[str] | None = None,
     retention: Retention | Mapping[str, Any] | str | None = None,
+    busy_poll_interval: float = DEFAULT_BUSY_POLL_INTERVAL,
 ) -> None:
     """Serve durable runs from `queue` until SIGTERM or SIGINT (`durable-swarm worker`).
 
@@ -349,7 +384,13 @@ def run_worker(
             default `DURABLE_SWARM_HEARTBEAT_INTERVAL`, else 5.
         dead_after: seconds without a heartbeat after which a process counts as dead and its
             runs are taken over; default `DURABLE_SWARM_DEAD_AFTER`, else 6 heartbeats.
-        poll_interval: seconds between looks at the queue for new runs.
+        poll_interval: seconds between looks at the queue for new runs while it is idle.
+        busy_poll_interval: the shortest interval between looks while runs wait for slots
+            (default 0.05 s). A worker whose slots are all busy sets the queue's polling
+            interval (DBOS's, shared by the queue's workers) to a twentieth of how long its
+            runs hold a slot, at least this and at most `poll_interval`, and back to
+            `poll_interval` once no run waits; so a freed slot waits about 2.5% of a run for
+            the next one. Off when not below `poll_interval`.
         out: where status lines go (default stdout).
         shutdown_grace: seconds the process may take to stop once asked to, its exit
             included if it exits then. Stopping, it takes no new run and begins no new step;
@@ -396,6 +437,7 @@ def run_worker(
         on_executor_id_taken=on_executor_id_taken,
         encryption_key=encryption_key,
         retention=retention,
+        busy_poll_interval=busy_poll_interval,
     )
     in_main = threading.current_thread() is threading.main_thread()
     worker._exit_grace = shutdown_grace if in_main else None  # the process is the worker's
