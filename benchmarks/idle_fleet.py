@@ -6,7 +6,9 @@ Each fleet on a fresh PostgreSQL database of its own (server from
 * `ours`: N `durable-swarm worker _workers_app` processes (the real command; no run is ever
   queued, so they only heartbeat, watch and poll), each on queue `idle`, poll interval 0.5 s;
 * `bare`: N bare DBOS processes with the library's DBOS configuration (as `launch_bare_dbos`),
-  each listening to one queue `idle` registered with the same polling interval
+  each listening to one queue `idle` registered with the same polling interval;
+* `bare-defaults`: the same, but with DBOS's own pool settings (each connection checked with a
+  round trip before use, which the library turns off: see `checks_connections`)
 (one fleet after the other: two fleets of 10 would pass PostgreSQL's default 100 connections).
 
 After a warm-up, over a window of W seconds: transactions per second of each database
@@ -52,9 +54,9 @@ POLL = 0.5
 READY = "serving queue"
 
 
-def serve_bare(db: str) -> None:
-    """A bare DBOS process, configured as `launch_bare_dbos` does, listening to queue `idle`
-    only (until SIGTERM)."""
+def serve_bare(db: str, *, pool_defaults: bool = False) -> None:
+    """A bare DBOS process, configured as `launch_bare_dbos` does (with DBOS's own pool
+    settings if `pool_defaults`), listening to queue `idle` only (until SIGTERM)."""
     import signal
     import threading
 
@@ -64,7 +66,10 @@ def serve_bare(db: str) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     from durable_swarm.durable._dbos import _config
 
-    DBOS(config=_config(db, f"bare-{os.getpid()}", 0.1))  # type: ignore[arg-type]
+    config = _config(db, f"bare-{os.getpid()}", 0.1)
+    if pool_defaults:
+        config.pop("db_engine_kwargs", None)
+    DBOS(config=config)  # type: ignore[arg-type]
     DBOS.listen_queues([QUEUE])
     DBOS.launch()
     DBOS.register_queue(QUEUE, polling_interval_sec=POLL, on_conflict="always_update")
@@ -76,7 +81,8 @@ def serve_bare(db: str) -> None:
 def start_fleet(
     kind: str, url: str, n: int, log_dir: Path
 ) -> list[tuple[subprocess.Popen[Any], Path]]:
-    """Start `n` idle processes of `kind` ("ours" or "bare") on `url`; wait until all serve."""
+    """Start `n` idle processes of `kind` ("ours", "bare" or "bare-defaults") on `url`; wait
+    until all serve."""
     env = {**os.environ, "DSW_BENCH_MODEL_URL": "http://127.0.0.1:9/v1"}  # never called
     worker = shutil.which("durable-swarm", path=str(Path(sys.executable).parent))
     procs = []
@@ -85,7 +91,7 @@ def start_fleet(
             cmd = [worker or "durable-swarm", "worker", "_workers_app", "--database-url", url,
                    "--queue", QUEUE, "--poll-interval", str(POLL)]  # fmt: skip
         else:
-            cmd = [sys.executable, str(BENCH_DIR / "idle_fleet.py"), "--role", "bare", "--db", url]
+            cmd = [sys.executable, str(BENCH_DIR / "idle_fleet.py"), "--role", kind, "--db", url]
         log = log_dir / f"{kind}-{i}.log"
         with open(log, "w") as out:
             procs.append(
@@ -206,11 +212,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, help="seconds before the window (default 65)")
     parser.add_argument("--window", type=float, help="seconds measured (default 30)")
     parser.add_argument("--sqlite", action="store_true", help="also idle CPU on SQLite")
-    parser.add_argument("--role", choices=["bare"], help=argparse.SUPPRESS)
+    parser.add_argument("--role", choices=["bare", "bare-defaults"], help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.role == "bare":
-        serve_bare(args.db)
+    if args.role:
+        serve_bare(args.db, pool_defaults=args.role == "bare-defaults")
         return
     warmup = args.warmup or (3.0 if args.quick else 65.0)
     window = args.window or (6.0 if args.quick else 30.0)
@@ -223,6 +229,7 @@ def main() -> None:
     fleets: list[tuple[str, str, str | None]] = [
         ("ours", "ours", f"bench_idle_ours_{token}"),
         ("bare", "bare", f"bench_idle_bare_{token}"),
+        ("bare-defaults", "bare-defaults", f"bench_idle_bared_{token}"),
     ]
     if args.sqlite:
         fleets.append(("sqlite", "ours", None))
@@ -254,11 +261,14 @@ def main() -> None:
         ["fleet", "tx/s", "tx/s each", "connections", "each", "CPU % of a core each"],
         rows,
     )
-    ours, bare = results["ours"], results["bare"]
-    print(
-        f"ours / bare: transactions {ours['tx'] / bare['tx']:.2f}x, connections "
-        f"{ours['connections'] / bare['connections']:.2f}x, CPU {ours['cpu'] / bare['cpu']:.2f}x"
-    )
+    ours = results["ours"]
+    for label in ("bare", "bare-defaults"):
+        bare = results[label]
+        print(
+            f"ours / {label}: transactions {ours['tx'] / bare['tx']:.2f}x, connections "
+            f"{ours['connections'] / bare['connections']:.2f}x, "
+            f"CPU {ours['cpu'] / bare['cpu']:.2f}x"
+        )
     if sqlite is not None:
         print(f"SQLite, {n} idle workers on one file: {sqlite['cpu']:.2f}% CPU of a core each")
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from _support.db import drop_database, new_database_name, postgres_execute, with_database
 from durable_swarm.durable._ownership import (
     PROCESSES_TABLE,
     Ownership,
@@ -356,3 +357,63 @@ def test_a_process_table_of_an_earlier_release_gets_the_slots_column(
     assert made[2].fleet_slots() == 8
     for registry in made:
         registry.close()
+
+
+@pytest.mark.postgres
+def test_a_heartbeat_whose_connection_died_while_idle_beats_again_at_once(
+    postgres_base_url: str,
+) -> None:
+    # The heartbeat's pool does not check a connection before each use (a round trip, and a
+    # PostgreSQL transaction, at every beat): a connection that died while idle (the server
+    # restarted, or an administrator ended it) fails its next beat, and the heartbeat beats
+    # again at once on a fresh connection, without saying it is failing and without losing
+    # its confirmation.
+    import sqlalchemy as sa
+
+    said: list[str] = []
+    name = new_database_name("dswarm_workers", "died")
+    postgres_execute(postgres_base_url, f'CREATE DATABASE "{name}"')
+    url = with_database(postgres_base_url, name)
+    own = Ownership(
+        url,
+        "me",
+        kind="test",
+        heartbeat_interval=0.2,
+        dead_after=60.0,
+        application_version="v",
+        say=said.append,
+    )
+    own.register()
+    beats: list[int] = []
+
+    def count_beats(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().startswith(f"UPDATE {PROCESSES_TABLE} SET heartbeat_at"):
+            beats.append(1)
+
+    sa.event.listen(own.registry._engine, "before_cursor_execute", count_beats)
+    own.start(Runs([]))
+    try:
+        wait_for(lambda: len(beats) >= 2 and own.confirmed(), "two heartbeats")
+        other = sa.create_engine(sa.make_url(url).set(drivername="postgresql+psycopg"))
+        with other.begin() as conn:
+            ended = (
+                conn.execute(
+                    sa.text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = :db AND pid <> pg_backend_pid()"
+                    ),
+                    {"db": name},
+                )
+                .scalars()
+                .all()
+            )
+        other.dispose()
+        assert ended and all(ended)  # the heartbeat's idle connection, ended under it
+        before = len(beats)
+        wait_for(lambda: len(beats) >= before + 3, "three more heartbeats")
+        assert own.confirmed()
+        assert not [line for line in said if "heartbeat" in line], said
+    finally:
+        own.stop()
+        own.registry.close()
+        drop_database(postgres_base_url, name)

@@ -99,14 +99,31 @@ def display_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+# Set to 1 to have the pools of a process's background work (DBOS's and the heartbeat's) check
+# each PostgreSQL connection with a round trip before use (see `checks_connections`).
+PRE_PING_ENV = "DURABLE_SWARM_POOL_PRE_PING"
+
+
+def checks_connections() -> bool:
+    """Whether the pools a process uses all the time (DBOS's own, when the library launches
+    DBOS, and the heartbeat's) check each connection before use. Off by default: the check is
+    a round trip, and a transaction in PostgreSQL's count, at every use, about half of what an
+    idle worker costs the database. Without it a connection that died (a database restart)
+    fails its next statement instead: SQLAlchemy then replaces the pool's connections, DBOS
+    retries its calls, and the heartbeat beats again at once. `DURABLE_SWARM_POOL_PRE_PING=1`
+    turns the check back on (for a network that drops idle connections unseen)."""
+    return os.environ.get(PRE_PING_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def create_engine(
-    url: str, *, connect_timeout: int = 10, pool_size: int | None = None
+    url: str, *, connect_timeout: int = 10, pool_size: int | None = None, pre_ping: bool = True
 ) -> sa.Engine:
     """A SQLAlchemy engine on the resolved run database `url`, with this library's settings:
     SQLite waits up to 30 s for a lock; PostgreSQL uses the psycopg (3) driver, a pool of
-    `pool_size` connections (SQLAlchemy's default if None) checked before use, and gives up
-    connecting after `connect_timeout` seconds. Raises `sqlalchemy.exc.ArgumentError` for a
-    malformed URL and `ModuleNotFoundError` without the psycopg driver."""
+    `pool_size` connections (SQLAlchemy's default if None), checked before use unless
+    `pre_ping` is False, and gives up connecting after `connect_timeout` seconds. Raises
+    `sqlalchemy.exc.ArgumentError` for a malformed URL and `ModuleNotFoundError` without the
+    psycopg driver."""
     import sqlalchemy as sa
 
     if sqlite_path(url) is not None:
@@ -116,7 +133,7 @@ def create_engine(
         address = address.set(drivername="postgresql+psycopg")
     pool: dict[str, Any] = {} if pool_size is None else {"pool_size": pool_size}
     return sa.create_engine(
-        address, pool_pre_ping=True, connect_args={"connect_timeout": connect_timeout}, **pool
+        address, pool_pre_ping=pre_ping, connect_args={"connect_timeout": connect_timeout}, **pool
     )
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from .._aio import in_event_loop
 from ..errors import DatabaseUnavailableError, DurableSwarmError, ExecutorIdInUseError
 from . import _drain, _engine
-from ._database import describe_fault, display_url, prepare_sqlite
+from ._database import checks_connections, describe_fault, display_url, is_postgres, prepare_sqlite
 from ._engine import (
     DBOS,
     DBOSClient,
@@ -227,6 +227,10 @@ def _config(url: str, executor_id: str | None, poll_interval: float) -> dict[str
     }
     if executor_id:
         config["executor_id"] = executor_id
+    if is_postgres(url) and not checks_connections():
+        # DBOS's own pool without its check before each use (see `checks_connections`); DBOS
+        # retries a call whose connection had died.
+        config["db_engine_kwargs"] = {"pool_pre_ping": False}
     return config
 
 

@@ -48,7 +48,7 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from ..errors import DurableSwarmError, ExecutorIdInUseError
-from ._database import create_engine, describe_fault, display_url
+from ._database import checks_connections, create_engine, describe_fault, display_url
 from ._tables import upgrade_table
 
 __all__ = [
@@ -273,7 +273,7 @@ class ProcessRegistry:
         self._written: int | None = None  # the heartbeat this process last wrote (ms)
         self._written_at: float | None = None  # when it read it back (time.monotonic())
         self.jumped = 0.0
-        self._engine = create_engine(database_url, pool_size=2)
+        self._engine = create_engine(database_url, pool_size=2, pre_ping=checks_connections())
         self._held = threading.local()  # a thread's connection inside `one_connection`
         if self._engine.dialect.name == "postgresql":
             self._now = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
@@ -854,6 +854,7 @@ class Ownership:
         self._thread.start()
 
     def _watch(self) -> None:
+        again = False  # the beat failed on a connection that had died: beat again at once
         while not self._stop.is_set():
             since = time.monotonic()
             try:
@@ -881,6 +882,10 @@ class Ownership:
                 self._say(f"{e} This process takes no more runs.")
                 return
             except Exception as e:  # the database may be unreachable for a while: try again
+                if not again and _died_before(e):
+                    again = True  # its pool has fresh connections now (no check before use)
+                    continue
+                again = False
                 if not self._failing:
                     self._say(
                         f"heartbeat of {self.executor_id!r} in the run database "
@@ -894,6 +899,7 @@ class Ownership:
                 if self._failing:
                     self._say(f"heartbeat of {self.executor_id!r} is back")
                 self._failing = False
+                again = False
             if self._stop.wait(self.heartbeat_interval):
                 return
 
@@ -1072,3 +1078,10 @@ class Ownership:
             self._say(f"could not mark {self.executor_id!r} stopped ({e.orig}); it times out")
         finally:
             self.registry.close()
+
+
+def _died_before(error: BaseException) -> bool:
+    """Whether `error` says a statement lost its connection (a pooled one that died while
+    idle, as after a database restart): SQLAlchemy then replaced the pool's connections, so one
+    more try at once may succeed (and fails again if the database is away)."""
+    return isinstance(error, sa.exc.DBAPIError) and bool(error.connection_invalidated)
