@@ -109,6 +109,9 @@ def test_a_bad_busy_poll_interval_is_refused_by_name(value: object) -> None:
         (1.0, 0.05),  # 1 s / 20 = 0.05
         (2.5, 0.1),  # 0.125, down to 0.05 x 2
         (8.0, 0.4),  # 0.4 exactly
+        (9.9, 0.4),  # 0.495, down to 0.05 x 8
+        (10.0, 0.5),  # 20 idle intervals: idle
+        (12.0, 0.5),  # 0.6: idle, not rounded down below it
         (20.0, 0.5),  # past the idle interval: idle
         (600.0, 0.5),  # long model calls: idle, no hurry
     ],
@@ -117,3 +120,61 @@ def test_the_hurried_interval_is_a_twentieth_of_a_run_within_bounds(
     span: float, expected: float
 ) -> None:
     assert hurried_interval(span, 0.05, 0.5) == pytest.approx(expected)
+
+
+def test_a_hurry_set_back_while_runs_wait_is_made_again(
+    worker: WorkerProcess, dbos_client: DBOSClient, database_url: str, model: Model
+) -> None:
+    """Runs still wait, and someone sets the queue back to its idle pace (a worker that starts
+    registers the queue with its own settings): the full worker hurries it again at its next
+    look instead of trusting what it set."""
+    assert interval(dbos_client) == IDLE
+    model.slow_seconds = 0.5
+    with DurableClient(database_url) as client:
+        handles = [
+            client.start("Helper", [{"role": "user", "content": f"slow q{i}"}], queue=QUEUE)
+            for i in range(16)
+        ]
+        wait_for(lambda: interval(dbos_client) == BUSY, "the queue to be hurried",
+                 workers=(worker,))  # fmt: skip
+        queue = dbos_client.retrieve_queue(QUEUE)
+        assert queue is not None
+        queue.set_polling_interval_sec(IDLE)
+        wait_for(lambda: interval(dbos_client) == BUSY, "the queue to be hurried again",
+                 workers=(worker,))  # fmt: skip
+        texts = [h.result(timeout=TIMEOUT).messages[-1]["content"] for h in handles]
+    assert texts == [f"slow q{i}" for i in range(16)]
+    wait_for(lambda: interval(dbos_client) == IDLE, "the queue to be idle again",
+             workers=(worker,))  # fmt: skip
+
+
+def test_a_run_of_another_release_left_queued_does_not_keep_the_queue_hurried(
+    worker: WorkerProcess, dbos_client: DBOSClient, database_url: str, model: Model
+) -> None:
+    """A run queued by another application version (an earlier release's, left after an
+    upgrade) is never taken by this worker: it does not count as waiting, so the queue goes
+    back to its idle pace once this worker's own runs are done."""
+    from dbos import EnqueueOptions
+
+    options: EnqueueOptions = {
+        "queue_name": QUEUE,
+        "workflow_name": "an_earlier_release_run",
+        "app_version": "an-earlier-release",
+    }
+    old = dbos_client.enqueue(options)
+    try:
+        model.slow_seconds = 0.4
+        with DurableClient(database_url) as client:
+            handles = [
+                client.start("Helper", [{"role": "user", "content": f"slow r{i}"}], queue=QUEUE)
+                for i in range(8)
+            ]
+            wait_for(lambda: interval(dbos_client) == BUSY, "the queue to be hurried",
+                     workers=(worker,))  # fmt: skip
+            for h in handles:
+                h.result(timeout=TIMEOUT)
+        wait_for(lambda: interval(dbos_client) == IDLE, "the queue to be idle again",
+                 workers=(worker,))  # fmt: skip
+        assert old.get_status().status == "ENQUEUED"
+    finally:
+        dbos_client.cancel_workflow(old.workflow_id)

@@ -41,10 +41,12 @@ SPAN_WEIGHT = 0.2
 
 
 def hurried_interval(span: float, busy: float, idle: float) -> float:
-    """The polling interval for runs that hold a slot `span` seconds: `span / SHARE`, rounded
-    down to `busy` times a power of two (so it changes only when the runs' length doubles or
-    halves), at least `busy`, at most `idle`."""
+    """The polling interval for runs that hold a slot `span` seconds: `idle` once
+    `span / SHARE` reaches it, else `span / SHARE` rounded down to `busy` times a power of two
+    (so it changes only when the runs' length doubles or halves), at least `busy`."""
     wanted = span / SHARE
+    if wanted >= idle:
+        return idle
     if wanted <= busy:
         return busy
     return min(idle, busy * 2 ** math.floor(math.log2(wanted / busy)))
@@ -57,7 +59,8 @@ class QueuePace:
     the thread acts); `start` and `stop` bracket the worker's serving. `settle_every`: seconds
     between the looks of a worker that hurried the queue (its heartbeat interval);
     `check_every`: seconds between the looks of an idle worker for a hurry left behind (its
-    `dead_after`)."""
+    `dead_after`); `version`: the application version whose queued runs count as waiting (a
+    worker takes only its own version's runs; None: every version's)."""
 
     def __init__(
         self,
@@ -68,6 +71,7 @@ class QueuePace:
         busy: float,
         settle_every: float,
         check_every: float,
+        version: str | None = None,
     ) -> None:
         self.queue = queue
         self.slots = slots
@@ -75,6 +79,7 @@ class QueuePace:
         self.busy = busy
         self.settle_every = settle_every
         self.check_every = check_every
+        self.version = version
         self.hurried = False
         self.span: float | None = None  # how long an execution here holds its slot (average)
         self._set_to: float | None = None  # the interval this worker last set
@@ -128,7 +133,8 @@ class QueuePace:
     def _serve(self) -> None:
         while True:
             poked = self._poked.wait(self.settle_every if self.hurried else self.check_every)
-            self._poked.clear()
+            if poked:
+                self._poked.clear()
             stopping = self._stop.is_set()
             try:
                 if poked and not stopping:
@@ -152,6 +158,7 @@ class QueuePace:
             DBOS.list_workflows(
                 queue_name=self.queue.name,
                 status="ENQUEUED",
+                app_version=self.version,
                 limit=1,
                 load_input=False,
                 load_output=False,
@@ -170,7 +177,9 @@ class QueuePace:
 
     def _settle(self) -> None:
         if self._waiting():
-            self._confirmed = time.monotonic()
+            # Hurried again if someone set it back meanwhile (a worker that started and
+            # registered the queue, another worker's settle).
+            self._hurry()
             return
         self._set(self.idle)
         if self._waiting():  # queued after the first look: hurried again

@@ -200,6 +200,7 @@ class Worker:
             busy=self.busy_poll_interval,
             settle_every=self.heartbeat_interval,
             check_every=self.dead_after,
+            version=_dbos.APPLICATION_VERSION,
         )
         if pace.active:
             self._pace = pace
