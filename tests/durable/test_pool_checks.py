@@ -6,10 +6,13 @@ fails its next statement and is replaced (the heartbeat's retry is in
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from durable_swarm.durable._database import PRE_PING_ENV, checks_connections
 from durable_swarm.durable._dbos import _config
+from durable_swarm.testing import ScriptedClient, text
 
 POSTGRES = "postgresql://postgres@127.0.0.1:5432/runs"
 
@@ -39,3 +42,18 @@ def test_other_values_leave_the_check_off(monkeypatch: pytest.MonkeyPatch, value
 
 def test_sqlite_keeps_dbos_pool_settings(tmp_path: object) -> None:
     assert "db_engine_kwargs" not in _config(f"sqlite:///{tmp_path}/runs.sqlite", None, 0.5)
+
+
+def test_the_ownership_threads_dbos_client_is_on_the_heartbeats_engine(
+    durable_swarm_factory: Any,
+) -> None:
+    # The looks at this process's own pending runs and the sweep of parked waits go through
+    # the heartbeat's engine, so an idle process holds no connection of the shared engine (on
+    # PostgreSQL DBOS renders the URL otherwise than it was given: the binding must not
+    # depend on that rendering).
+    from durable_swarm.durable import _dbos
+
+    durable_swarm_factory(ScriptedClient(lambda messages, tools: text("hi"))).launch()
+    ownership = _dbos._ownership
+    assert ownership is not None
+    assert _dbos._KEEPER.engine() is ownership.registry.engine

@@ -361,7 +361,7 @@ def test_a_process_table_of_an_earlier_release_gets_the_slots_column(
 
 @pytest.mark.postgres
 def test_a_heartbeat_whose_connection_died_while_idle_beats_again_at_once(
-    postgres_base_url: str,
+    postgres_base_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The heartbeat's pool does not check a connection before each use (a round trip, and a
     # PostgreSQL transaction, at every beat): a connection that died while idle (the server
@@ -370,6 +370,9 @@ def test_a_heartbeat_whose_connection_died_while_idle_beats_again_at_once(
     # its confirmation.
     import sqlalchemy as sa
 
+    from durable_swarm.durable._database import PRE_PING_ENV
+
+    monkeypatch.delenv(PRE_PING_ENV, raising=False)  # the default: no check before use
     said: list[str] = []
     name = new_database_name("dswarm_workers", "died")
     postgres_execute(postgres_base_url, f'CREATE DATABASE "{name}"')
@@ -391,6 +394,8 @@ def test_a_heartbeat_whose_connection_died_while_idle_beats_again_at_once(
             beats.append(1)
 
     sa.event.listen(own.registry._engine, "before_cursor_execute", count_beats)
+    lost: list[bool] = []  # a statement failed on a dead connection (no check caught it)
+    sa.event.listen(own.registry._engine, "handle_error", lambda c: lost.append(c.is_disconnect))
     own.start(Runs([]))
     try:
         wait_for(lambda: len(beats) >= 2 and own.confirmed(), "two heartbeats")
@@ -412,8 +417,66 @@ def test_a_heartbeat_whose_connection_died_while_idle_beats_again_at_once(
         before = len(beats)
         wait_for(lambda: len(beats) >= before + 3, "three more heartbeats")
         assert own.confirmed()
+        assert lost == [True]  # one beat failed on the dead connection, and was made again
         assert not [line for line in said if "heartbeat" in line], said
     finally:
         own.stop()
         own.registry.close()
         drop_database(postgres_base_url, name)
+
+
+class RunsOnTheEngine(Runs):
+    """`Runs` whose looks use the ownership thread's engine, as `_Keeper`'s `DBOSClient` does;
+    records how many of the engine's connections were checked out when each look began."""
+
+    def __init__(self, engine: Any) -> None:
+        super().__init__([])
+        self.engine = engine
+        self.checked_out: list[int] = []
+
+    def _look(self) -> None:
+        import sqlalchemy as sa
+
+        self.checked_out.append(self.engine.pool.checkedout())
+        with self.engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+
+    def pending(self, executor_id: str | None) -> list[tuple[str, str, int]]:
+        self._look()
+        return []
+
+    def settle(self) -> None:
+        self._look()
+
+
+def test_an_idle_process_keeps_one_connection_for_its_heartbeat_and_its_looks(
+    make_database_url: Callable[..., str],
+) -> None:
+    # The beat holds its connection for the beat only: the looks at the process's own pending
+    # runs and the recovery queue (DBOS's client on the same engine) come after it went back,
+    # so an idle process keeps one connection of its own, and opens none after the first.
+    import sqlalchemy as sa
+
+    own = Ownership(
+        make_database_url("one-conn", create=True),
+        "me",
+        kind="test",
+        heartbeat_interval=0.05,
+        dead_after=0.3,  # a look at its own pending runs every 0.1 s
+        application_version="v",
+    )
+    own.register()
+    engine = own.registry.engine
+    runs = RunsOnTheEngine(engine)
+    opened: list[int] = []
+    sa.event.listen(engine, "connect", lambda *args: opened.append(1))
+    own.start(runs)
+    try:
+        wait_for(lambda: len(runs.checked_out) >= 20 and own.confirmed(), "twenty looks")
+        own._orphans_at = 0.0  # and a look for runs of executors without a row, at once
+        wait_for(lambda: len(runs.checked_out) >= 30, "ten more looks")
+    finally:
+        own.stop()
+    assert set(runs.checked_out) == {0}, runs.checked_out
+    assert len(opened) <= 1, f"{len(opened)} connections opened"
+    own.registry.close()

@@ -329,14 +329,18 @@ def ensure_launched(
             DBOS.listen_queues([*queues, RECOVERY_QUEUE])
         try:
             _launch_outside_event_loop()
+            # From here on the runs' database is `database_url` (the URL as given, which the
+            # keeper's engine is bound to below: DBOS's own rendering of it differs).
+            _launched_url = database_url
             if ownership is not None:
                 if not early:  # DBOS runs under this id now: it cannot change any more
                     ownership.register(fixed_id=True)
-                _KEEPER.bind(run_database_url() or database_url, ownership.registry)
+                _KEEPER.bind(database_url, ownership.registry)
                 _note_recovered_at_launch(ownership.executor_id)
                 ownership.sweeps = [functools.partial(_sweep_with, sweep) for sweep in _SWEEPS]
                 ownership.start(_KEEPER)
         except Exception as e:
+            _launched_url = None
             if _owned:
                 DBOS.destroy()
                 _owned = False
@@ -347,7 +351,6 @@ def ensure_launched(
             cause = describe_fault(e, database_url)
             raise DatabaseUnavailableError(display_url(database_url), cause) from e
         _ownership = ownership
-        _launched_url = database_url
         _check_serializer()
         # The waits table, made on the ownership thread's engine (which sweeps it), so that an
         # idle process holds no connection of the shared engine; readers join it from now on.

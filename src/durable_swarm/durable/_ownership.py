@@ -273,7 +273,9 @@ class ProcessRegistry:
         self._written: int | None = None  # the heartbeat this process last wrote (ms)
         self._written_at: float | None = None  # when it read it back (time.monotonic())
         self.jumped = 0.0
-        self._engine = create_engine(database_url, pool_size=2, pre_ping=checks_connections())
+        # One connection kept: the ownership thread uses one at a time, but for a takeover's
+        # DBOS calls inside a beat, which open a second one for the moment (closed after).
+        self._engine = create_engine(database_url, pool_size=1, pre_ping=checks_connections())
         self._held = threading.local()  # a thread's connection inside `one_connection`
         if self._engine.dialect.name == "postgresql":
             self._now = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
@@ -320,9 +322,9 @@ class ProcessRegistry:
     @contextlib.contextmanager
     def one_connection(self) -> Iterator[None]:
         """Run the calling thread's statements on one pooled connection until the block ends
-        (each still in a transaction of its own): the connection is checked out, and checked
-        before use with a round trip of its own, once instead of at every statement. The
-        heartbeat runs each beat so; it holds no transaction open between statements."""
+        (each still in a transaction of its own): the connection is checked out once instead
+        of at every statement. The heartbeat runs each beat so; it holds no transaction open
+        between statements."""
         with self._engine.connect() as conn:
             self._held.conn = conn
             try:
@@ -869,11 +871,14 @@ class Ownership:
                         self._confirm(since)
                     else:
                         self._taken_for_dead()
-                    self._take_over(rows)
-                    if time.monotonic() - self._healed_at >= self._heal_every:
-                        self._healed_at = time.monotonic()
-                        self._heal()
-                    self._settle()
+                # The rest after the held connection went back to the pool: DBOS's client calls
+                # (takeovers, looks at pending runs) then take that one instead of opening a
+                # second one, and the process keeps one connection of its own.
+                self._take_over(rows)
+                if time.monotonic() - self._healed_at >= self._heal_every:
+                    self._healed_at = time.monotonic()
+                    self._heal()
+                self._settle()
                 self._sweep()
             except ExecutorIdInUseError as e:
                 # Taken for dead, and another live process now holds this executor id (a
