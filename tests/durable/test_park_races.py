@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import pytest
@@ -220,3 +221,97 @@ def test_an_answer_after_the_run_went_on_is_refused_and_names_the_first(
     assert waits.answer(run_id, person_key(1), "input", {"text": "bob", "by": "bob"}) is None
     assert waits.answer_of(run_id, person_key(1)) == first
     assert run_id not in waits.live_run_ids()
+
+
+def test_two_people_resuming_a_cancelled_run_at_once_run_its_next_step_once(
+    durable_swarm_factory: Any, run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both read the run cancelled; one resumes it, and the other's resume comes once the run
+    # executes its next tool. That one must not queue the run again beside the execution
+    # (DBOS would start a second one, which runs the tool in flight a second time).
+    import threading
+
+    first_released, second_in, second_released = (threading.Event() for _ in range(3))
+    first_in, late_read = threading.Event(), threading.Event()
+    seconds: list[int] = []
+
+    def first() -> str:
+        """Waits until the test lets it end."""
+        first_in.set()
+        first_released.wait(60)
+        return "first done"
+
+    def second() -> str:
+        """Counts its executions; waits until the test lets it end."""
+        seconds.append(1)
+        second_in.set()
+        second_released.wait(60)
+        return "second done"
+
+    def script(messages: list[dict[str, Any]], tools: Any) -> Any:
+        done = [m for m in messages if m.get("role") == "tool"]
+        if not done:
+            return calls(ToolCall("first", id="c1"))
+        return calls(ToolCall("second", id="c2")) if len(done) == 1 else text("finished")
+
+    agent = Agent(name="park-race-stepper", functions=[first, second])
+    swarm = durable_swarm_factory(ScriptedClient(script))
+    handle = swarm.start(agent, [{"role": "user", "content": "go"}], run_id=run_id)
+    assert first_in.wait(60)
+    swarm.cancel(run_id)
+    first_released.set()
+    with pytest.raises(RunCancelledError):
+        handle.result()
+
+    from durable_swarm.durable._control import RunControl
+
+    read = RunControl.get_run
+
+    def read_then_wait(self: RunControl, run: str) -> Any:
+        info = read(self, run)
+        if threading.current_thread().name == "late-resumer":
+            late_read.set()  # it read the run cancelled, before anyone resumed it
+            assert second_in.wait(60)  # and resumes once the first resume's run is in `second`
+        return info
+
+    monkeypatch.setattr(RunControl, "get_run", read_then_wait)
+    late = threading.Thread(target=swarm.resume, args=(run_id,), name="late-resumer")
+    late.start()
+    assert late_read.wait(60)
+    resumed = swarm.resume(run_id)
+    late.join(60)
+    assert not late.is_alive()
+    # A second execution would reach `second` within a poll of the queue: give it that long.
+    deadline = time.monotonic() + 3.0
+    while len(seconds) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert seconds == [1], f"`second` ran {len(seconds)} times"
+    second_released.set()
+    assert resumed.result().messages[-1]["content"] == "finished"
+    assert seconds == [1]
+    assert swarm.get_run(run_id).status == "succeeded"
+
+
+def test_a_resume_claimed_by_a_caller_that_never_resumed_is_made_by_the_next(
+    durable_swarm_factory: Any, run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Someone claimed the resume of this end and stopped before DBOS's resume (its process
+    # died): the next person's resume waits `RESUME_CLAIM_SECONDS` for it, then resumes.
+    from durable_swarm.durable import _control
+
+    monkeypatch.setattr(_control, "RESUME_CLAIM_SECONDS", 0.5)
+    swarm = durable_swarm_factory(ScriptedClient(_script))
+    handle = swarm.start(ASKER, [{"role": "user", "content": "hi"}], run_id=run_id)
+    _parked(swarm, run_id)
+    swarm.cancel(run_id)
+    with contextlib.suppress(RunCancelledError):
+        handle.result()
+    ended = swarm.get_run(run_id)
+    assert ended.status == "cancelled" and ended.updated_at is not None
+    ended_at_ms = round(ended.updated_at.timestamp() * 1000)
+    assert swarm.runs.waits.claim_resume_of_end(run_id, ended_at_ms)  # the caller that died
+    assert not swarm.runs.waits.claim_resume_of_end(run_id, ended_at_ms)
+    swarm.resume(run_id)
+    wait_for(lambda: swarm.get_run(run_id).status == "waiting_for_input", "the question again")
+    swarm.send_input(run_id, "Ada")
+    assert swarm.handle(run_id).result().messages[-1]["content"] == "Hello Ada."

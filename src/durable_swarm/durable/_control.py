@@ -65,6 +65,11 @@ def _answer_key(run_id: str, waiting: dict[str, Any]) -> str | None:
     return f"{run_id}:answer:{wait_id}" if wait_id is not None else None
 
 
+# How long a person's resume that lost the claim to another (both read the same end of the
+# run) waits for the other's resume to show before it resumes the run itself.
+RESUME_CLAIM_SECONDS = 10.0
+
+
 class ClientSource:
     """A `DBOSClient` with the few `DBOS` class methods `RunControl` uses that it lacks."""
 
@@ -327,7 +332,8 @@ class RunControl:
             )
         raised = check_budget(budget)
         note = {"budget": raised.to_json(), "at": _now()} if raised is not None else None
-        if info.status not in ("failed", "cancelled"):
+        if info.status not in ("failed", "cancelled") or not self._claim_resume(info):
+            # not ended, or someone resumed it from this same end a moment ago: it goes on
             if note is not None:
                 self.source.send(run_id, note, BUDGET_TOPIC)
             return run_id
@@ -349,6 +355,31 @@ class RunControl:
         self.waits.uncancel_tree(run_id)  # its waits wait again (a replay parks at them)
         self.source.resume_workflow(run_id)
         return run_id
+
+    def _claim_resume(self, info: RunInfo) -> bool:
+        """Whether this caller resumes `info`'s ended run: of several that read the same end
+        at once, the one that claims it (`WaitBook.claim_resume_of_end`). Another waits up to
+        `RESUME_CLAIM_SECONDS` for the claimer's resume to show (the run's status moves on)
+        and then leaves it to that one; if it never shows (the claimer's process died, or its
+        call failed), this caller resumes the run after all."""
+        if info.updated_at is None:
+            return True
+        ended_at_ms = round(info.updated_at.timestamp() * 1000)
+        if self.waits.claim_resume_of_end(info.run_id, ended_at_ms):
+            return True
+        deadline = time.monotonic() + RESUME_CLAIM_SECONDS
+        while time.monotonic() < deadline:
+            status = self.source.get_workflow_status(info.run_id)
+            if status is None or status.updated_at != ended_at_ms:
+                return False  # resumed by the claimer
+            time.sleep(0.05)
+        logger.warning(
+            "run %r: a resume claimed %.0f s ago never reached DBOS (its caller stopped?); "
+            "resuming it here",
+            info.run_id,
+            RESUME_CLAIM_SECONDS,
+        )
+        return True
 
     def fork(self, run_id: str, step: int, new_run_id: str | None = None) -> str:
         """A new run copying `run_id`'s steps before `step`; returns its id."""

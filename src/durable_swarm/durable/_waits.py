@@ -417,6 +417,22 @@ class WaitBook:
             run_id,
         )
 
+    def claim_resume_of_end(self, run_id: str, ended_at_ms: int) -> bool:
+        """A person resumes `run_id`, which ended (cancelled or failed) at `ended_at_ms` (its
+        status's last update): True for the one caller that claims the resume of that end,
+        False for every other caller that read the same end (two people who click resume at
+        once). Without it the second resume reaches DBOS once the first execution runs, and
+        DBOS queues the run again beside it: a second execution repeats the step in flight. A
+        row `resume:<ms>` (state `done`, deleted with the run) records the claim; a later end
+        (cancelled again) has a new time, so its resume claims anew."""
+        return self._changed(
+            f"INSERT INTO {WAITS_TABLE} (run_id, wait_key, kind, state, updated_at) VALUES "
+            f"(:run_id, :key, 'resume', 'done', {self._now}) ON CONFLICT (run_id, wait_key) "
+            "DO NOTHING",
+            run_id=run_id,
+            key=f"resume:{ended_at_ms}",
+        )
+
     def uncancel_tree(self, run_id: str) -> None:
         """`run_id` (and its sub-agent runs) are resumed after a person cancelled them: their
         waits for a person or a sub-agent wait again, as live (the replay that reaches one
