@@ -41,6 +41,17 @@ def _parked(swarm: Any, run_id: str) -> None:
     )
 
 
+def _cancelled_at_its_wait(durable_swarm_factory: Any, run_id: str) -> Any:
+    """A swarm whose run `run_id` asked its question, parked, and was cancelled by a person."""
+    swarm = durable_swarm_factory(ScriptedClient(_script))
+    handle = swarm.start(ASKER, [{"role": "user", "content": "hi"}], run_id=run_id)
+    _parked(swarm, run_id)
+    swarm.cancel(run_id)
+    with contextlib.suppress(RunCancelledError):
+        handle.result()
+    return swarm
+
+
 def test_a_cancel_after_someone_won_the_resume_is_not_undone(
     durable_swarm_factory: Any, run_id: str
 ) -> None:
@@ -64,12 +75,7 @@ def test_a_cancel_after_someone_won_the_resume_is_not_undone(
 def test_a_resumed_cancelled_run_waits_again_and_one_answer_finishes_it(
     durable_swarm_factory: Any, run_id: str
 ) -> None:
-    swarm = durable_swarm_factory(ScriptedClient(_script))
-    handle = swarm.start(ASKER, [{"role": "user", "content": "hi"}], run_id=run_id)
-    _parked(swarm, run_id)
-    swarm.cancel(run_id)
-    with contextlib.suppress(RunCancelledError):
-        handle.result()
+    swarm = _cancelled_at_its_wait(durable_swarm_factory, run_id)
     swarm.resume(run_id)  # its wait waits again, live: an answer now does not resume it twice
     wait_for(lambda: swarm.get_run(run_id).status == "waiting_for_input", "the question again")
     swarm.send_input(run_id, "Ada")
@@ -303,12 +309,7 @@ def test_a_resume_claimed_by_a_caller_that_never_resumed_is_made_by_the_next(
     from durable_swarm.durable import _control
 
     monkeypatch.setattr(_control, "RESUME_CLAIM_SECONDS", 0.5)
-    swarm = durable_swarm_factory(ScriptedClient(_script))
-    handle = swarm.start(ASKER, [{"role": "user", "content": "hi"}], run_id=run_id)
-    _parked(swarm, run_id)
-    swarm.cancel(run_id)
-    with contextlib.suppress(RunCancelledError):
-        handle.result()
+    swarm = _cancelled_at_its_wait(durable_swarm_factory, run_id)
     ended = swarm.get_run(run_id)
     assert ended.status == "cancelled" and ended.updated_at is not None
     ended_at_ms = round(ended.updated_at.timestamp() * 1000)
