@@ -114,7 +114,7 @@ from ._sessions import SessionStore
 from ._spec import RunSpec, agent_ref, encode_target
 from ._swarms import DEFAULTS, SwarmSettings, registry
 from ._values import json_problem
-from ._waits import MISSING, WaitBook, join_key, live_status, person_key
+from ._waits import MISSING, Wait, WaitBook, join_key, live_status, person_key
 
 logger = logging.getLogger("durable_swarm")
 # One line per run event (a worker prints them; elsewhere they are INFO records of this logger).
@@ -231,6 +231,10 @@ class RunHost:
             notice = self._notice(run_id, what, e)
             detail = {**missing_of(e, what), "notice": notice}
         waits = book()
+        offered = await asyncio.to_thread(waits.look, run_id, MISSING)
+        handed = handed_on(offered, detail)
+        hand_on = handed is not None and handed < HAND_ONS
+        detail["handed_on"] = handed + 1 if hand_on and handed is not None else 0
         await asyncio.to_thread(waits.arrive, run_id, MISSING, "missing", detail)
 
         async def known() -> bool:
@@ -240,8 +244,15 @@ class RunHost:
                 return False
             return True
 
+        async def known_or_hand_on() -> bool:
+            nonlocal hand_on
+            if hand_on:  # parked: resume it at once, for the next process that looks
+                hand_on = False
+                return True
+            return await known()
+
         while not await known():
-            await park(run_id, MISSING, "missing", known, why=what, detail=detail)
+            await park(run_id, MISSING, "missing", known_or_hand_on, why=what, detail=detail)
         return lookup()
 
     def _notice(
@@ -283,6 +294,32 @@ def missing_of(
     if isinstance(error, EncryptionKeyError):
         return {"key": error.key_id}
     return {"function" if what.startswith("function") else "agent": error.agent_name}
+
+
+# How many times in a row a run resumed for what it misses is handed on by processes that miss
+# it too, before it waits for the next sweep of a process that has it (see `handed_on`).
+HAND_ONS = 8
+
+
+def handed_on(offered: Wait | None, detail: Mapping[str, Any]) -> int | None:
+    """How many processes that miss what `detail` names handed this run on since a process
+    that has it resumed it (`offered`: its `missing` wait as this execution found it), or None
+    if nobody resumed it for that (a first arrival, or it misses something else now).
+
+    A process whose sweep finds it has what a parked run misses resumes the run onto its queue,
+    and whichever process looks at that queue first takes it: often one that misses it too,
+    and the same one round after round (queue threads look at fixed intervals, so their order
+    barely changes between two sweeps). Such a process parks the run and resumes it again at
+    once, for the next process that looks (it just looked itself): the run reaches one that
+    has what it misses within a few hand-ons, not a sweep each. `HAND_ONS` in a row at most,
+    then it waits for the next sweep (no busy loop once that process is gone)."""
+    if offered is None or offered.state != "resuming" or offered.kind != "missing":
+        return None
+    was = offered.detail or {}
+    if any(was.get(k) != v for k, v in detail.items() if k not in ("notice", "handed_on")):
+        return None
+    count = was.get("handed_on", 0)
+    return count if isinstance(count, int) else 0
 
 
 def _transient(error: BaseException) -> bool:
