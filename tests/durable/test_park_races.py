@@ -301,6 +301,61 @@ def test_two_people_resuming_a_cancelled_run_at_once_run_its_next_step_once(
     assert swarm.get_run(run_id).status == "succeeded"
 
 
+def test_a_run_resumed_while_its_cancelled_tool_still_runs_goes_on_once(
+    durable_swarm_factory: Any, run_id: str
+) -> None:
+    """A person cancels a run in a tool and resumes it while that tool still runs in the
+    execution they cancelled. The tool runs again in the resumed execution (its result was
+    never recorded: steps run at least once), and the cancelled execution records nothing and
+    goes no further (DBOS refuses its checkpoint: the cancel took the run from it), so every
+    later step runs once."""
+    import threading
+
+    released = threading.Event()
+    firsts: list[int] = []
+    seconds: list[int] = []
+    model_calls: list[int] = []
+
+    def first() -> str:
+        """Its first execution waits until the test lets it end."""
+        firsts.append(1)
+        if len(firsts) == 1:
+            released.wait(60)
+        return "first done"
+
+    def second() -> str:
+        """Counts its executions."""
+        seconds.append(1)
+        return "second done"
+
+    def script(messages: list[dict[str, Any]], tools: Any) -> Any:
+        model_calls.append(1)
+        done = [m for m in messages if m.get("role") == "tool"]
+        if not done:
+            return calls(ToolCall("first", id="c1"))
+        return calls(ToolCall("second", id="c2")) if len(done) == 1 else text("finished")
+
+    agent = Agent(name="park-race-winding", functions=[first, second])
+    swarm = durable_swarm_factory(ScriptedClient(script))
+    swarm.start(agent, [{"role": "user", "content": "go"}], run_id=run_id)
+    wait_for(lambda: firsts, "the tool to start")
+    swarm.cancel(run_id)
+    resumed = swarm.resume(run_id)  # the cancelled execution is still in `first`
+    wait_for(lambda: len(firsts) == 2, "the resumed execution to run the tool again")
+    released.set()  # the cancelled execution's tool ends now: its result is refused
+    answer = resumed.result()
+    wait_for(lambda: run_id not in _dbos._executions, "both executions to end")
+    assert answer.messages[-1]["content"] == "finished"
+    tool_results = [m["content"] for m in answer.messages if m.get("role") == "tool"]
+    assert tool_results == ["first done", "second done"]
+    assert (len(firsts), len(seconds), len(model_calls)) == (2, 1, 3)
+    assert swarm.get_run(run_id).status == "succeeded"
+    # DBOS's task of the cancelled execution outlives the execution by a moment (it handles
+    # the refused checkpoint): let it end before this test's DBOS is destroyed.
+    time.sleep(1.0)
+    assert (len(firsts), len(seconds), len(model_calls)) == (2, 1, 3)
+
+
 def test_a_resume_claimed_by_a_caller_that_never_resumed_is_made_by_the_next(
     durable_swarm_factory: Any, run_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
