@@ -111,6 +111,66 @@ def test_an_execution_winding_down_from_a_cancel_does_not_undo_the_resume_after_
     assert swarm.handle(run_id).result().messages[-1]["content"] == "Hello Ada."
 
 
+def test_a_resume_right_after_a_cancel_waits_for_the_execution_that_was_parking(
+    durable_swarm_factory: Any, run_id: str
+) -> None:
+    """A person cancels a run while an execution of it is parking (its wait marked parking,
+    its own cancel in DBOS still to come) and resumes it at once: the resume waits until that
+    execution has cancelled itself and seen the cancel. Made before, the resume would be undone
+    by that execution's cancel, leaving the run cancelled at a wait that says waiting, which no
+    answer resumes (seen in CI: `result()` raised RunCancelledError after the answer)."""
+    import threading
+
+    swarm = durable_swarm_factory(ScriptedClient(_script))
+    swarm.start(ASKER, [{"role": "user", "content": "hi"}], run_id=run_id)
+    _parked(swarm, run_id)
+    waits: WaitBook = swarm.runs.waits
+    wait = waits.parked([run_id])[run_id]
+    # An execution parks at the wait (as a replay that finds no answer does): marked parking.
+    assert waits.begin_park(run_id, wait.key, wait.kind, wait.queue, wait.detail)
+    swarm.cancel(run_id)  # a person cancels ...
+    assert swarm.get_run(run_id).status == "cancelled"
+    resumer = threading.Thread(target=swarm.resume, args=(run_id,), name="resumer")
+    resumer.start()  # ... and resumes at once
+    resumer.join(1.0)
+    assert resumer.is_alive(), "the resume did not wait for the execution that was parking"
+    # The execution goes on: its own cancel in DBOS, its mark, its look at the tombstone.
+    DBOS.cancel_workflow(run_id)
+    assert waits.park(run_id, wait.key)
+    assert waits.cancelled(run_id) and waits.honour_cancel(run_id) == 1
+    resumer.join(30)
+    assert not resumer.is_alive()
+    wait_for(lambda: swarm.get_run(run_id).status == "waiting_for_input", "the question again")
+    _parked(swarm, run_id)
+    swarm.send_input(run_id, "Ada")
+    assert swarm.handle(run_id).result().messages[-1]["content"] == "Hello Ada."
+
+
+def test_the_sweep_ends_the_parking_wait_of_a_cancelled_run_whose_execution_died(
+    durable_swarm_factory: Any, run_id: str
+) -> None:
+    """A cancel leaves a wait that is parking to its execution; if that execution died there,
+    the sweep (once the wait is old) marks it cancelled and resumes nothing."""
+    from durable_swarm.durable._waits import WAITS_TABLE
+
+    swarm = durable_swarm_factory(ScriptedClient(_script))
+    swarm.start(ASKER, [{"role": "user", "content": "hi"}], run_id=run_id)
+    _parked(swarm, run_id)
+    waits: WaitBook = swarm.runs.waits
+    wait = waits.parked([run_id])[run_id]
+    assert waits.begin_park(run_id, wait.key, wait.kind, wait.queue, wait.detail)
+    swarm.cancel(run_id)  # the execution that was parking dies before its mark
+    assert getattr(waits.look(run_id, wait.key), "state", None) == "parking"
+    waits._write(  # the test ages its own rows
+        f"UPDATE {WAITS_TABLE} SET updated_at = updated_at - 3600000 WHERE run_id = :r",
+        r=run_id,
+    )
+    assert _parking.sweep(DBOS) == 0
+    assert getattr(waits.look(run_id, wait.key), "state", None) == "cancelled"
+    assert DBOS.get_workflow_status(run_id).status == "CANCELLED"
+    assert swarm.get_run(run_id).status == "cancelled"
+
+
 def test_a_late_execution_still_honours_a_cancel_that_stands(
     durable_swarm_factory: Any, run_id: str
 ) -> None:

@@ -68,6 +68,8 @@ def _answer_key(run_id: str, waiting: dict[str, Any]) -> str | None:
 # How long a person's resume that lost the claim to another (both read the same end of the
 # run) waits for the other's resume to show before it resumes the run itself.
 RESUME_CLAIM_SECONDS = 10.0
+# How long a person's resume of a cancelled run waits for its waits to settle (`_settled_first`).
+SETTLE_SECONDS = 10.0
 
 
 class ClientSource:
@@ -352,9 +354,30 @@ class RunControl:
             self.source.rewind_workflow(run_id, start_step=start, queue_name=_HOLD_QUEUE)
         if note is not None:
             self.source.send(run_id, note, BUDGET_TOPIC)
+        if info.status == "cancelled":
+            self._settled_first(run_id)
         self.waits.uncancel_tree(run_id)  # its waits wait again (a replay parks at them)
         self.source.resume_workflow(run_id)
         return run_id
+
+    def _settled_first(self, run_id: str) -> None:
+        """Wait (up to `SETTLE_SECONDS`) while a wait of the cancelled `run_id` or of a
+        sub-agent run settles (`WaitBook.settling_in_tree`): an execution that was parking when
+        the person cancelled would undo a resume made before its own cancel in DBOS (DBOS's
+        cancel is unconditional), leaving the run cancelled at a wait that says waiting, which
+        nobody resumes. A park takes a few statements; a wait still settling after that long
+        was left by a process that died or froze (the resume goes ahead: a replay parks anew)."""
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while self.waits.settling_in_tree(run_id):
+            if time.monotonic() > deadline:
+                logger.warning(
+                    "run %r: a wait of it is still parking or resuming %.0f s after its cancel "
+                    "(its process died or froze meanwhile?); resuming the run anyway",
+                    run_id,
+                    SETTLE_SECONDS,
+                )
+                return
+            time.sleep(0.05)
 
     def _claim_resume(self, info: RunInfo) -> bool:
         """Whether this caller resumes `info`'s ended run: of several that read the same end

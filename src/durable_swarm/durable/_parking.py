@@ -312,6 +312,11 @@ def sweep(source: Any, engine: sa.Engine | None = None) -> int:
         if wait.state in ("parking", "resuming") or not passing:
             # a run parking, or a resumer, that is merely slow is left alone for a while
             due = (due or wait.state == "parking") and old
+        if due and wait.state == "parking" and waits.cancelled(wait.run_id):
+            # its execution died while parking, and a person cancelled the run meanwhile (a
+            # cancel leaves a parking wait to its execution to mark): end it, resume nothing
+            waits.honour_cancel(wait.run_id)
+            continue
         since = time.monotonic()
         won = waits.touch(wait) if due else None
         if won is not None:

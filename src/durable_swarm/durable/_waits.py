@@ -41,11 +41,14 @@ The orders that make it exact:
   answer to a wait that has one already, or to a cancelled run, changes nothing and is refused;
 * so exactly one of them resumes a parked run, whatever the interleaving;
 * a person's cancel leaves a tombstone first, then cancels in DBOS, then marks the live waits
-  cancelled (`cancel_tree`); a run that parks checks the tombstone after it marked itself
-  parked, and a resumer checks it after its resume: a cancel is never undone. Only a person
-  leaves a tombstone, and only a person's resume removes it (`uncancel_tree`): an execution
-  that saw it acts on it only while it is there (`honour_cancel`, and `_parking`'s own cancel
-  in DBOS), so an execution still winding down from the cancel cannot undo the resume.
+  cancelled (`cancel_tree`), but for one still `parking`: a run that parks checks the
+  tombstone after it marked itself parked, and a resumer checks it after its resume: a cancel
+  is never undone. Only a person leaves a tombstone, and only a person's resume removes it
+  (`uncancel_tree`), once no wait of the run is still parking, parked or resuming
+  (`settling_in_tree`: an execution that was parking would cancel the resumed run in DBOS);
+  an execution that saw the tombstone acts on it only while it is there (`honour_cancel`, and
+  `_parking`'s own cancel in DBOS), so an execution still winding down from the cancel cannot
+  undo the resume.
 
 A row of a wait the run went past stays `done` until the run is deleted; a live row is deleted
 when the sweep finds its run ended, and every row with the run. A parked run is CANCELLED in
@@ -402,7 +405,12 @@ class WaitBook:
         First a tombstone (the wait key `CANCELLED`) is committed on `run_id`, then its live
         waits are marked cancelled: a run that parks after the first sees the tombstone when it
         checks (`cancelled`, right after it marked itself parked), and one that parked before
-        it has its wait marked by the second. Call it before DBOS's cancel and after."""
+        it has its wait marked by the second. Call it before DBOS's cancel and after.
+
+        A wait still `parking` is left so: its execution is between its own cancel in DBOS and
+        its mark, and marks it cancelled itself once it sees the tombstone. A person's resume
+        waits for that (`settling_in_tree`): made before the execution's own cancel, the resume
+        would be undone by it."""
         self._write(
             f"INSERT INTO {WAITS_TABLE} (run_id, wait_key, kind, state, updated_at) VALUES "
             f"(:run_id, :key, 'cancel', 'cancelled', {self._now}) ON CONFLICT (run_id, "
@@ -413,9 +421,23 @@ class WaitBook:
         return self._write_tree(
             f"UPDATE {WAITS_TABLE} SET state = 'cancelled', updated_at = {self._now} WHERE "
             "(run_id = :run_id OR run_id LIKE :tree ESCAPE '\\') AND state IN ('waiting', "
-            "'parking', 'parked', 'resuming')",
+            "'parked', 'resuming')",
             run_id,
         )
+
+    def settling_in_tree(self, run_id: str) -> bool:
+        """Whether, after a person's cancel of `run_id` (`cancel_tree`), a wait of it or of its
+        sub-agent runs is still `parking` (an execution is between its own cancel in DBOS and
+        its mark), `parked` (that execution marked it and is about to see the tombstone) or
+        `resuming` (someone who answered it in that moment is about to resume the run, and
+        cancel it again on seeing the tombstone): a resume of the run waits for those."""
+        rows = self._read(
+            f"SELECT 1 FROM {WAITS_TABLE} WHERE (run_id = :run_id OR run_id LIKE :tree ESCAPE "
+            "'\\') AND state IN ('parking', 'parked', 'resuming') LIMIT 1",
+            run_id=run_id,
+            tree=_sub_runs(run_id),
+        )
+        return bool(rows)
 
     def claim_resume_of_end(self, run_id: str, ended_at_ms: int) -> bool:
         """A person resumes `run_id`, which ended (cancelled or failed) at `ended_at_ms` (its
@@ -481,10 +503,9 @@ class WaitBook:
             raise
 
     def _write_tree(self, sql: str, run_id: str) -> int:
-        escaped = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         try:
             with self._engine().begin() as conn:
-                params = {"run_id": run_id, "tree": f"{escaped}-sub%"}
+                params = {"run_id": run_id, "tree": _sub_runs(run_id)}
                 return int(conn.execute(sa.text(sql), params).rowcount)
         except sa.exc.DBAPIError as e:
             if missing_table(e):
@@ -630,6 +651,12 @@ def live_status(
     return status
 
 
+def _sub_runs(run_id: str) -> str:
+    """The LIKE pattern (escape character a backslash) of `run_id`'s sub-agent runs' ids."""
+    escaped = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"{escaped}-sub%"
+
+
 def _lineage(run_id: str) -> list[str]:
     """`run_id` and the runs above it (`<a>-sub<N>` is a sub-agent run of `<a>`)."""
     ids = [run_id]
@@ -640,17 +667,21 @@ def _lineage(run_id: str) -> list[str]:
 
 def parked_in(conn: sa.Connection, run_ids: Sequence[str]) -> dict[str, Wait]:
     """`WaitBook.parked` on an open connection to the run database (answers not opened:
-    `answer` is True for an answered wait). Raises the database's error if the table does not
-    exist yet."""
+    `answer` is True for an answered wait). A run a person cancelled (its tombstone is there)
+    has none: a wait of it still `parking` is its execution's, about to see the cancel. Raises
+    the database's error if the table does not exist yet."""
     found: dict[str, Wait] = {}
     ids = list(dict.fromkeys(run_ids))
     for start in range(0, len(ids), 500):
         query = sa.text(
-            f"SELECT run_id, wait_key, kind, state, answer, queue, detail, updated_at FROM "
-            f"{WAITS_TABLE} WHERE run_id IN :ids AND state IN ('parking', 'parked', "
-            "'resuming') ORDER BY updated_at"
+            f"SELECT w.run_id, w.wait_key, w.kind, w.state, w.answer, w.queue, w.detail, "
+            f"w.updated_at FROM {WAITS_TABLE} w WHERE w.run_id IN :ids AND w.state IN "
+            f"('parking', 'parked', 'resuming') AND NOT EXISTS (SELECT 1 FROM {WAITS_TABLE} "
+            "tomb WHERE tomb.run_id = w.run_id AND tomb.wait_key = :tombstone) ORDER BY "
+            "w.updated_at"
         ).bindparams(sa.bindparam("ids", expanding=True))
-        for row in conn.execute(query, {"ids": ids[start : start + 500]}).fetchall():
+        params = {"ids": ids[start : start + 500], "tombstone": CANCELLED}
+        for row in conn.execute(query, params).fetchall():
             found[row[0]] = _wait(row, open_answer=False)  # the latest, if several
     return found
 
