@@ -14,7 +14,7 @@ import pytest
 
 from _support.wait import wait_for
 from durable_swarm import Agent, ask_user
-from durable_swarm.durable import _dbos, _parking
+from durable_swarm.durable import _dbos, _parking, _workflow
 from durable_swarm.durable._engine import DBOS, DBOSWorkflowCancelledError
 from durable_swarm.durable._waits import WaitBook, person_key
 from durable_swarm.errors import RunCancelledError
@@ -104,6 +104,8 @@ def test_an_execution_winding_down_from_a_cancel_does_not_undo_the_resume_after_
     assert waits.honour_cancel(run_id) == 0
     with pytest.raises(DBOSWorkflowCancelledError):
         asyncio.run(_parking._cancel_self(waits, run_id, "a test"))
+    with pytest.raises(DBOSWorkflowCancelledError):  # it read its wait cancelled, at a look
+        asyncio.run(_workflow.cancelled(run_id))
     assert not waits.cancelled(run_id)
     wait_for(lambda: swarm.get_run(run_id).status == "waiting_for_input", "the question again")
     _parked(swarm, run_id)
@@ -134,9 +136,10 @@ def test_a_resume_right_after_a_cancel_waits_for_the_execution_that_was_parking(
     resumer.start()  # ... and resumes at once
     resumer.join(1.0)
     assert resumer.is_alive(), "the resume did not wait for the execution that was parking"
-    # The execution goes on: its own cancel in DBOS, its mark, its look at the tombstone.
+    # The execution goes on: its own cancel in DBOS, its mark (refused: the wait is
+    # `cancelling`), its look at the tombstone, which it honours.
     DBOS.cancel_workflow(run_id)
-    assert waits.park(run_id, wait.key)
+    assert not waits.park(run_id, wait.key)
     assert waits.cancelled(run_id) and waits.honour_cancel(run_id) == 1
     resumer.join(30)
     assert not resumer.is_alive()
@@ -146,13 +149,17 @@ def test_a_resume_right_after_a_cancel_waits_for_the_execution_that_was_parking(
     assert swarm.handle(run_id).result().messages[-1]["content"] == "Hello Ada."
 
 
-def test_the_sweep_ends_the_parking_wait_of_a_cancelled_run_whose_execution_died(
-    durable_swarm_factory: Any, run_id: str
+def test_a_cancelled_run_whose_execution_died_parking_waits_for_a_person_to_resume_it(
+    durable_swarm_factory: Any, run_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A cancel leaves a wait that is parking to its execution; if that execution died there,
-    the sweep (once the wait is old) marks it cancelled and resumes nothing."""
+    """A cancel marks a wait that is parking `cancelling` (its execution has still to see the
+    cancel). If that execution died there, the sweep resumes nothing, however old the wait;
+    a person's resume waits `SETTLE_SECONDS` for the execution, then resumes the run, which
+    asks again and finishes on one answer."""
+    from durable_swarm.durable import _control
     from durable_swarm.durable._waits import WAITS_TABLE
 
+    monkeypatch.setattr(_control, "SETTLE_SECONDS", 0.5)
     swarm = durable_swarm_factory(ScriptedClient(_script))
     swarm.start(ASKER, [{"role": "user", "content": "hi"}], run_id=run_id)
     _parked(swarm, run_id)
@@ -160,15 +167,19 @@ def test_the_sweep_ends_the_parking_wait_of_a_cancelled_run_whose_execution_died
     wait = waits.parked([run_id])[run_id]
     assert waits.begin_park(run_id, wait.key, wait.kind, wait.queue, wait.detail)
     swarm.cancel(run_id)  # the execution that was parking dies before its mark
-    assert getattr(waits.look(run_id, wait.key), "state", None) == "parking"
+    assert getattr(waits.look(run_id, wait.key), "state", None) == "cancelling"
+    assert swarm.get_run(run_id).status == "cancelled"
     waits._write(  # the test ages its own rows
         f"UPDATE {WAITS_TABLE} SET updated_at = updated_at - 3600000 WHERE run_id = :r",
         r=run_id,
     )
     assert _parking.sweep(DBOS) == 0
-    assert getattr(waits.look(run_id, wait.key), "state", None) == "cancelled"
     assert DBOS.get_workflow_status(run_id).status == "CANCELLED"
-    assert swarm.get_run(run_id).status == "cancelled"
+    swarm.resume(run_id)
+    wait_for(lambda: swarm.get_run(run_id).status == "waiting_for_input", "the question again")
+    _parked(swarm, run_id)
+    swarm.send_input(run_id, "Ada")
+    assert swarm.handle(run_id).result().messages[-1]["content"] == "Hello Ada."
 
 
 def test_a_late_execution_still_honours_a_cancel_that_stands(

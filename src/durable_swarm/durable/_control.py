@@ -65,11 +65,12 @@ def _answer_key(run_id: str, waiting: dict[str, Any]) -> str | None:
     return f"{run_id}:answer:{wait_id}" if wait_id is not None else None
 
 
-# How long a person's resume that lost the claim to another (both read the same end of the
-# run) waits for the other's resume to show before it resumes the run itself.
-RESUME_CLAIM_SECONDS = 10.0
 # How long a person's resume of a cancelled run waits for its waits to settle (`_settled_first`).
 SETTLE_SECONDS = 10.0
+# How long a person's resume that lost the claim to another (both read the same end of the
+# run) waits for the other's resume to show before it resumes the run itself: longer than the
+# winner may wait for the run's waits to settle first.
+RESUME_CLAIM_SECONDS = SETTLE_SECONDS + 10.0
 
 
 class ClientSource:
@@ -313,8 +314,8 @@ class RunControl:
 
     def _cancel(self, info: RunInfo) -> None:
         run_id = info.run_id
-        # the waits' tombstone first, then DBOS, then the waits again (see `cancel_tree`)
-        self.waits.cancel_tree(run_id)
+        # the waits' tombstone first, then DBOS, then the waits (see `cancel_tree`)
+        self.waits.tombstone(run_id)
         self.source.cancel_workflow(run_id, cancel_children=True)
         self.waits.cancel_tree(run_id)
 
@@ -361,18 +362,20 @@ class RunControl:
         return run_id
 
     def _settled_first(self, run_id: str) -> None:
-        """Wait (up to `SETTLE_SECONDS`) while a wait of the cancelled `run_id` or of a
-        sub-agent run settles (`WaitBook.settling_in_tree`): an execution that was parking when
-        the person cancelled would undo a resume made before its own cancel in DBOS (DBOS's
-        cancel is unconditional), leaving the run cancelled at a wait that says waiting, which
-        nobody resumes. A park takes a few statements; a wait still settling after that long
-        was left by a process that died or froze (the resume goes ahead: a replay parks anew)."""
+        """Wait (up to `SETTLE_SECONDS`) while the person's cancel of `run_id` stands and a
+        wait of it or of a sub-agent run is `cancelling` (`WaitBook.settling_in_tree`): the
+        execution that was parking when the person cancelled would undo a resume made before
+        its own cancel in DBOS (DBOS's cancel is unconditional), leaving the run cancelled at a
+        wait that says waiting, which nobody resumes. A park takes a few statements; a wait
+        still cancelling after that long was left by a process that died or froze (the resume
+        goes ahead: a replay parks anew). Another resumer that removed the tombstone ends the
+        wait here too (the run is theirs to resume)."""
         deadline = time.monotonic() + SETTLE_SECONDS
-        while self.waits.settling_in_tree(run_id):
+        while self.waits.settling_in_tree(run_id) and self.waits.cancelled(run_id):
             if time.monotonic() > deadline:
                 logger.warning(
-                    "run %r: a wait of it is still parking or resuming %.0f s after its cancel "
-                    "(its process died or froze meanwhile?); resuming the run anyway",
+                    "run %r: a wait of it is still parking %.0f s after its cancel (its "
+                    "process died or froze meanwhile?); resuming the run anyway",
                     run_id,
                     SETTLE_SECONDS,
                 )

@@ -30,7 +30,7 @@ from ._engine import (
 )
 from ._sealing import keyring
 from ._swarms import registry
-from ._waits import Wait, WaitBook
+from ._waits import CANCELLED_STATES, Wait, WaitBook
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -97,7 +97,7 @@ async def park(
     queue = resume_queue(getattr(status, "queue_name", None))
     if not await _in_thread(waits.begin_park, run_id, key, kind, queue, detail):
         found = await _in_thread(waits.look, run_id, key)
-        if found is not None and found.state == "cancelled":
+        if found is not None and found.state in CANCELLED_STATES:
             await _cancel_self(waits, run_id, why)
         return  # answered meanwhile: the caller takes the answer
     _QUIET.add(run_id)
@@ -117,12 +117,11 @@ async def park(
 
 
 async def _cancel_self(waits: WaitBook, run_id: str, why: str) -> NoReturn:
-    """A person cancelled `run_id`: make sure DBOS shows it cancelled (their cancel may have
-    died between its tombstone and DBOS's cancel), and end this execution without recording
-    anything more. Only while their tombstone is still there: if they resumed the run since,
-    the cancel in DBOS would stop the resumed run (this execution merely ends)."""
-    if await _in_thread(waits.cancelled, run_id):
-        await outside_run_async(DBOS.cancel_workflow, run_id)
+    """A person cancelled `run_id` (its wait says so, marked after their cancel in DBOS): end
+    this execution without recording anything more, and without a cancel of its own (made
+    after the person resumed the run, it would stop the resumed run). A wait still
+    `cancelling` is marked cancelled here (`honour_cancel`, while the tombstone stands)."""
+    await _in_thread(waits.honour_cancel, run_id)
     raise DBOSWorkflowCancelledError(f"Run {run_id} was cancelled while it waited ({why})")
 
 
@@ -312,11 +311,6 @@ def sweep(source: Any, engine: sa.Engine | None = None) -> int:
         if wait.state in ("parking", "resuming") or not passing:
             # a run parking, or a resumer, that is merely slow is left alone for a while
             due = (due or wait.state == "parking") and old
-        if due and wait.state == "parking" and waits.cancelled(wait.run_id):
-            # its execution died while parking, and a person cancelled the run meanwhile (a
-            # cancel leaves a parking wait to its execution to mark): end it, resume nothing
-            waits.honour_cancel(wait.run_id)
-            continue
         since = time.monotonic()
         won = waits.touch(wait) if due else None
         if won is not None:

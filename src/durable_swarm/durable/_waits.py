@@ -26,6 +26,8 @@ SQLite); its times are the database's clock, so processes on machines with skewe
 * `parked`: the run cancelled itself and waits;
 * `resuming`: whoever ends the wait won the right to resume it (exactly one does);
 * `cancelled`: a person cancelled the run (`DurableSwarm.cancel`); no answer is taken;
+* `cancelling`: as `cancelled`, for a wait that was `parking` when the person cancelled: its
+  execution has still to see the cancel and mark it `cancelled`;
 * `done`: the run went on with the answer (`leave`); a later answer is refused.
 
 The orders that make it exact:
@@ -41,14 +43,14 @@ The orders that make it exact:
   answer to a wait that has one already, or to a cancelled run, changes nothing and is refused;
 * so exactly one of them resumes a parked run, whatever the interleaving;
 * a person's cancel leaves a tombstone first, then cancels in DBOS, then marks the live waits
-  cancelled (`cancel_tree`), but for one still `parking`: a run that parks checks the
+  cancelled (`cancel_tree`; a `parking` one `cancelling`): a run that parks checks the
   tombstone after it marked itself parked, and a resumer checks it after its resume: a cancel
   is never undone. Only a person leaves a tombstone, and only a person's resume removes it
-  (`uncancel_tree`), once no wait of the run is still parking, parked or resuming
-  (`settling_in_tree`: an execution that was parking would cancel the resumed run in DBOS);
-  an execution that saw the tombstone acts on it only while it is there (`honour_cancel`, and
-  `_parking`'s own cancel in DBOS), so an execution still winding down from the cancel cannot
-  undo the resume.
+  (`uncancel_tree`), once no wait of the run is `cancelling` (`settling_in_tree`: the
+  execution that was parking would cancel the resumed run in DBOS). An execution that reads
+  its wait `cancelled` ends without a cancel of its own (the person's is made); one that saw
+  the tombstone acts on it only while it is there (`honour_cancel`), so an execution still
+  winding down from the cancel cannot undo the resume.
 
 A row of a wait the run went past stays `done` until the run is deleted; a live row is deleted
 when the sweep finds its run ended, and every row with the run. A parked run is CANCELLED in
@@ -74,6 +76,7 @@ from ._tables import engine_for, engine_with, missing_table
 
 __all__ = [
     "CANCELLED",
+    "CANCELLED_STATES",
     "KINDS",
     "LIVE_STATES",
     "MISSING",
@@ -110,6 +113,8 @@ KINDS = ("input", "approval", "join", "missing", "limit")
 MISSING = "missing"
 # The key of the tombstone a person's cancel leaves on a run (see `WaitBook.cancel_tree`).
 CANCELLED = "cancelled"
+# The states of a wait a person's cancel ended (`cancelling`: its execution has to mark it).
+CANCELLED_STATES = ("cancelled", "cancelling")
 LIVE_STATES = ("waiting", "parking", "parked", "resuming")
 # A run CANCELLED in DBOS with a wait in one of these states only waits: it parked, or is
 # parking (it cancelled itself and is about to mark its wait parked; if its process died right
@@ -398,19 +403,11 @@ class WaitBook:
 
     # --- people steering runs ----------------------------------------------------------------
 
-    def cancel_tree(self, run_id: str) -> int:
-        """A person cancelled `run_id` and its sub-agent runs (`<run id>-sub<N>`, nested):
-        none of their waits takes an answer any more. Returns how many waits that ended.
-
-        First a tombstone (the wait key `CANCELLED`) is committed on `run_id`, then its live
-        waits are marked cancelled: a run that parks after the first sees the tombstone when it
-        checks (`cancelled`, right after it marked itself parked), and one that parked before
-        it has its wait marked by the second. Call it before DBOS's cancel and after.
-
-        A wait still `parking` is left so: its execution is between its own cancel in DBOS and
-        its mark, and marks it cancelled itself once it sees the tombstone. A person's resume
-        waits for that (`settling_in_tree`): made before the execution's own cancel, the resume
-        would be undone by it."""
+    def tombstone(self, run_id: str) -> None:
+        """A person cancels `run_id` and its sub-agent runs (`<run id>-sub<N>`, nested): the
+        tombstone (the wait key `CANCELLED`) every run that parks checks after marking itself
+        parked, and every resumer after its resume. Committed before DBOS's cancel; the waits
+        are marked (`cancel_tree`) after it."""
         self._write(
             f"INSERT INTO {WAITS_TABLE} (run_id, wait_key, kind, state, updated_at) VALUES "
             f"(:run_id, :key, 'cancel', 'cancelled', {self._now}) ON CONFLICT (run_id, "
@@ -418,22 +415,33 @@ class WaitBook:
             run_id=run_id,
             key=CANCELLED,
         )
+
+    def cancel_tree(self, run_id: str) -> int:
+        """A person cancelled `run_id` and its sub-agent runs, in DBOS too: none of their
+        waits takes an answer any more. Returns how many waits that ended.
+
+        The tombstone (`tombstone`, again if it is not there yet), then the live waits are
+        marked: `cancelled`, but for one still `parking`, which becomes `cancelling`: its
+        execution is between its own cancel in DBOS and its mark, and ends it (`honour_cancel`)
+        once it sees the tombstone. A person's resume waits for that (`settling_in_tree`):
+        made before the execution's own cancel in DBOS, the resume would be undone by it.
+        Marked only after DBOS's cancel, a `cancelled` wait tells an execution that reads it
+        that the run is cancelled in DBOS already."""
+        self.tombstone(run_id)
         return self._write_tree(
-            f"UPDATE {WAITS_TABLE} SET state = 'cancelled', updated_at = {self._now} WHERE "
-            "(run_id = :run_id OR run_id LIKE :tree ESCAPE '\\') AND state IN ('waiting', "
-            "'parked', 'resuming')",
+            f"UPDATE {WAITS_TABLE} SET state = CASE WHEN state = 'parking' THEN 'cancelling' "
+            f"ELSE 'cancelled' END, updated_at = {self._now} WHERE (run_id = :run_id OR run_id "
+            "LIKE :tree ESCAPE '\\') AND state IN ('waiting', 'parking', 'parked', 'resuming')",
             run_id,
         )
 
     def settling_in_tree(self, run_id: str) -> bool:
-        """Whether, after a person's cancel of `run_id` (`cancel_tree`), a wait of it or of its
-        sub-agent runs is still `parking` (an execution is between its own cancel in DBOS and
-        its mark), `parked` (that execution marked it and is about to see the tombstone) or
-        `resuming` (someone who answered it in that moment is about to resume the run, and
-        cancel it again on seeing the tombstone): a resume of the run waits for those."""
+        """Whether a wait of `run_id` or of its sub-agent runs is `cancelling`: a person's
+        cancel found its execution parking, between its own cancel in DBOS and its mark (see
+        `cancel_tree`); a resume of the run waits for that execution to end it."""
         rows = self._read(
             f"SELECT 1 FROM {WAITS_TABLE} WHERE (run_id = :run_id OR run_id LIKE :tree ESCAPE "
-            "'\\') AND state IN ('parking', 'parked', 'resuming') LIMIT 1",
+            "'\\') AND state = 'cancelling' LIMIT 1",
             run_id=run_id,
             tree=_sub_runs(run_id),
         )
@@ -462,12 +470,12 @@ class WaitBook:
         tree = "(run_id = :run_id OR run_id LIKE :tree ESCAPE '\\')"
         self._write_tree(
             f"DELETE FROM {WAITS_TABLE} WHERE {tree} AND (wait_key = '{CANCELLED}' OR "
-            "(state = 'cancelled' AND kind IN ('missing', 'limit')))",
+            "(state IN ('cancelled', 'cancelling') AND kind IN ('missing', 'limit')))",
             run_id,
         )
         self._write_tree(
             f"UPDATE {WAITS_TABLE} SET state = 'waiting', updated_at = {self._now} WHERE "
-            f"{tree} AND state = 'cancelled'",
+            f"{tree} AND state IN ('cancelled', 'cancelling')",
             run_id,
         )
 
@@ -481,9 +489,9 @@ class WaitBook:
         ids = _lineage(run_id)
         query = sa.text(
             f"UPDATE {WAITS_TABLE} SET state = 'cancelled', updated_at = {self._now} WHERE "
-            "run_id = :run_id AND state IN ('waiting', 'parking', 'parked', 'resuming') AND "
-            f"EXISTS (SELECT 1 FROM {WAITS_TABLE} tomb WHERE tomb.run_id IN :ids AND "
-            "tomb.wait_key = :key)"
+            "run_id = :run_id AND state IN ('waiting', 'parking', 'parked', 'resuming', "
+            f"'cancelling') AND EXISTS (SELECT 1 FROM {WAITS_TABLE} tomb WHERE tomb.run_id IN "
+            ":ids AND tomb.wait_key = :key)"
         ).bindparams(sa.bindparam("ids", expanding=True))
         return int(self._write(query, run_id=run_id, ids=ids, key=CANCELLED)[0])
 
@@ -667,21 +675,17 @@ def _lineage(run_id: str) -> list[str]:
 
 def parked_in(conn: sa.Connection, run_ids: Sequence[str]) -> dict[str, Wait]:
     """`WaitBook.parked` on an open connection to the run database (answers not opened:
-    `answer` is True for an answered wait). A run a person cancelled (its tombstone is there)
-    has none: a wait of it still `parking` is its execution's, about to see the cancel. Raises
-    the database's error if the table does not exist yet."""
+    `answer` is True for an answered wait). Raises the database's error if the table does not
+    exist yet."""
     found: dict[str, Wait] = {}
     ids = list(dict.fromkeys(run_ids))
     for start in range(0, len(ids), 500):
         query = sa.text(
-            f"SELECT w.run_id, w.wait_key, w.kind, w.state, w.answer, w.queue, w.detail, "
-            f"w.updated_at FROM {WAITS_TABLE} w WHERE w.run_id IN :ids AND w.state IN "
-            f"('parking', 'parked', 'resuming') AND NOT EXISTS (SELECT 1 FROM {WAITS_TABLE} "
-            "tomb WHERE tomb.run_id = w.run_id AND tomb.wait_key = :tombstone) ORDER BY "
-            "w.updated_at"
+            f"SELECT run_id, wait_key, kind, state, answer, queue, detail, updated_at FROM "
+            f"{WAITS_TABLE} WHERE run_id IN :ids AND state IN ('parking', 'parked', "
+            "'resuming') ORDER BY updated_at"
         ).bindparams(sa.bindparam("ids", expanding=True))
-        params = {"ids": ids[start : start + 500], "tombstone": CANCELLED}
-        for row in conn.execute(query, params).fetchall():
+        for row in conn.execute(query, {"ids": ids[start : start + 500]}).fetchall():
             found[row[0]] = _wait(row, open_answer=False)  # the latest, if several
     return found
 

@@ -114,7 +114,7 @@ from ._sessions import SessionStore
 from ._spec import RunSpec, agent_ref, encode_target
 from ._swarms import DEFAULTS, SwarmSettings, registry
 from ._values import json_problem
-from ._waits import MISSING, Wait, WaitBook, join_key, live_status, person_key
+from ._waits import CANCELLED_STATES, MISSING, Wait, WaitBook, join_key, live_status, person_key
 
 logger = logging.getLogger("durable_swarm")
 # One line per run event (a worker prints them; elsewhere they are INFO records of this logger).
@@ -780,7 +780,7 @@ class DurableRuntime:
     async def _look(self, key: str) -> Any:
         """This run's wait `key` as the table has it; a person's cancellation ends the run."""
         found = await asyncio.to_thread(book().look, self.run_id, key)
-        if found is not None and found.state == "cancelled":
+        if found is not None and found.state in CANCELLED_STATES:
             await cancelled(self.run_id)
         if found is not None and found.answered:
             answer = found.answer
@@ -1076,9 +1076,9 @@ async def _result_outside_run(handle: Any) -> Any:
 
 
 async def cancelled(run_id: str) -> NoReturn:
-    """A person cancelled `run_id` (its wait says so): make sure DBOS shows it cancelled, and
-    end this execution without recording anything more."""
-    await outside_run_async(DBOS.cancel_workflow, run_id)
+    """A person cancelled `run_id` (its wait says so, marked after their cancel in DBOS): end
+    this execution without recording anything more, and without a cancel of its own (made
+    after the person resumed the run, it would stop the resumed run)."""
     raise DBOSWorkflowCancelledError(f"Run {run_id} was cancelled")
 
 
