@@ -103,7 +103,7 @@ def test_an_execution_winding_down_from_a_cancel_does_not_undo_the_resume_after_
     # ... and the execution acts on what it saw only now: nothing changes.
     assert waits.honour_cancel(run_id) == 0
     with pytest.raises(DBOSWorkflowCancelledError):
-        asyncio.run(_parking._cancel_self(waits, run_id, "a test"))
+        asyncio.run(_parking.cancel_self(waits, run_id, "a test"))
     with pytest.raises(DBOSWorkflowCancelledError):  # it read its wait cancelled, at a look
         asyncio.run(_workflow.cancelled(run_id))
     assert not waits.cancelled(run_id)
@@ -143,6 +143,54 @@ def test_a_resume_right_after_a_cancel_waits_for_the_execution_that_was_parking(
     assert waits.cancelled(run_id) and waits.honour_cancel(run_id) == 1
     resumer.join(30)
     assert not resumer.is_alive()
+    wait_for(lambda: swarm.get_run(run_id).status == "waiting_for_input", "the question again")
+    _parked(swarm, run_id)
+    swarm.send_input(run_id, "Ada")
+    assert swarm.handle(run_id).result().messages[-1]["content"] == "Hello Ada."
+
+
+def test_two_resumes_around_the_parking_executions_own_cancel_make_one(
+    durable_swarm_factory: Any, run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two people resume a run cancelled while an execution of it was parking: the first
+    claims the cancel's end and waits for that execution; the execution's own cancel in DBOS
+    then moves the run's DBOS time, which the second reads. The second still loses the claim
+    (the end is the person's cancel, by its tombstone) and leaves the resume to the first."""
+    import threading
+
+    from durable_swarm.durable._control import RunControl
+
+    settled: list[str] = []
+    settle = RunControl._settled_first
+
+    def counted(self: RunControl, run: str) -> None:
+        settled.append(threading.current_thread().name)  # only a caller that won gets here
+        settle(self, run)
+
+    monkeypatch.setattr(RunControl, "_settled_first", counted)
+    swarm = durable_swarm_factory(ScriptedClient(_script))
+    swarm.start(ASKER, [{"role": "user", "content": "hi"}], run_id=run_id)
+    _parked(swarm, run_id)
+    waits: WaitBook = swarm.runs.waits
+    wait = waits.parked([run_id])[run_id]
+    assert waits.begin_park(run_id, wait.key, wait.kind, wait.queue, wait.detail)
+    swarm.cancel(run_id)
+    first = threading.Thread(target=swarm.resume, args=(run_id,), name="first")
+    first.start()
+    wait_for(lambda: settled == ["first"], "the first resume to claim and wait")
+    before = DBOS.get_workflow_status(run_id).updated_at
+    time.sleep(1.1)  # SQLite's clock here counts whole seconds
+    DBOS.cancel_workflow(run_id)  # the parking execution's own cancel
+    assert DBOS.get_workflow_status(run_id).updated_at != before  # a new DBOS time
+    second = threading.Thread(target=swarm.resume, args=(run_id,), name="second")
+    second.start()
+    time.sleep(0.5)  # the second reads the run and tries to claim
+    assert not waits.park(run_id, wait.key)  # the execution goes on: its mark is refused ...
+    assert waits.honour_cancel(run_id) == 1  # ... and it honours the cancel
+    first.join(30)
+    second.join(30)
+    assert not first.is_alive() and not second.is_alive()
+    assert settled == ["first"]
     wait_for(lambda: swarm.get_run(run_id).status == "waiting_for_input", "the question again")
     _parked(swarm, run_id)
     swarm.send_input(run_id, "Ada")
@@ -436,11 +484,15 @@ def test_a_resume_claimed_by_a_caller_that_never_resumed_is_made_by_the_next(
 
     monkeypatch.setattr(_control, "RESUME_CLAIM_SECONDS", 0.5)
     swarm = _cancelled_at_its_wait(durable_swarm_factory, run_id)
-    ended = swarm.get_run(run_id)
-    assert ended.status == "cancelled" and ended.updated_at is not None
-    ended_at_ms = round(ended.updated_at.timestamp() * 1000)
-    assert swarm.runs.waits.claim_resume_of_end(run_id, ended_at_ms)  # the caller that died
-    assert not swarm.runs.waits.claim_resume_of_end(run_id, ended_at_ms)
+    assert swarm.get_run(run_id).status == "cancelled"
+    from durable_swarm.durable._control import _end_of
+
+    cancelled_at = swarm.runs.waits.tombstone_at(run_id)
+    _, keys = _end_of(swarm.get_run(run_id), cancelled_at)
+    assert keys[-1].startswith("cancel:")  # a person's cancel: its tombstone
+    for key in keys:  # the caller that died claimed them
+        assert swarm.runs.waits.claim_resume_of_end(run_id, key)
+        assert not swarm.runs.waits.claim_resume_of_end(run_id, key)
     swarm.resume(run_id)
     wait_for(lambda: swarm.get_run(run_id).status == "waiting_for_input", "the question again")
     swarm.send_input(run_id, "Ada")

@@ -73,6 +73,23 @@ SETTLE_SECONDS = 10.0
 RESUME_CLAIM_SECONDS = SETTLE_SECONDS + 10.0
 
 
+def _end_of(
+    info: RunInfo, cancelled_at: int | None
+) -> tuple[tuple[int | None, int] | None, list[str]]:
+    """The end of `info`'s run a resume continues, as its caller saw it: (`cancelled_at`, the
+    time of a person's tombstone read just before `info`; the last update of its DBOS status,
+    as `info` read it), and the claim keys of it in the order they are claimed: the DBOS time,
+    then `cancel:<tombstone time>`. The tombstone names one cancel however often DBOS's time
+    moves after it (an execution that was parking cancels the run in DBOS again a moment
+    later), so two callers of one cancel share a key whatever DBOS time each read. None if the
+    run has no time."""
+    if info.updated_at is None:
+        return None, []
+    read = (cancelled_at, round(info.updated_at.timestamp() * 1000))
+    keys = [str(read[1])] + ([f"cancel:{cancelled_at}"] if cancelled_at is not None else [])
+    return read, keys
+
+
 class ClientSource:
     """A `DBOSClient` with the few `DBOS` class methods `RunControl` uses that it lacks."""
 
@@ -327,6 +344,7 @@ class RunControl:
         A run that has not ended (pending, waiting) is not started again: its process runs it,
         or a live process takes it over once that process is known dead (a second execution
         beside the first would repeat the step in flight). Only the raised budget is sent."""
+        cancelled_at = self.waits.tombstone_at(run_id)  # read before the run (`_end_of`)
         info = self.get_run(run_id)
         if info.status == "succeeded":
             raise DurableSwarmError(
@@ -335,7 +353,7 @@ class RunControl:
             )
         raised = check_budget(budget)
         note = {"budget": raised.to_json(), "at": _now()} if raised is not None else None
-        if info.status not in ("failed", "cancelled") or not self._claim_resume(info):
+        if info.status not in ("failed", "cancelled") or not self._claim_resume(info, cancelled_at):
             # not ended, or someone resumed it from this same end a moment ago: it goes on
             if note is not None:
                 self.source.send(run_id, note, BUDGET_TOPIC)
@@ -382,21 +400,22 @@ class RunControl:
                 return
             time.sleep(0.05)
 
-    def _claim_resume(self, info: RunInfo) -> bool:
+    def _claim_resume(self, info: RunInfo, cancelled_at: int | None) -> bool:
         """Whether this caller resumes `info`'s ended run: of several that read the same end
-        at once, the one that claims it (`WaitBook.claim_resume_of_end`). Another waits up to
-        `RESUME_CLAIM_SECONDS` for the claimer's resume to show (the run's status moves on)
-        and then leaves it to that one; if it never shows (the claimer's process died, or its
-        call failed), this caller resumes the run after all."""
-        if info.updated_at is None:
-            return True
-        ended_at_ms = round(info.updated_at.timestamp() * 1000)
-        if self.waits.claim_resume_of_end(info.run_id, ended_at_ms):
+        at once, the one that claims it (`WaitBook.claim_resume_of_end`, each key of
+        `_end_of`, in order; `cancelled_at`: the time of the person's tombstone, read before
+        `info`). Another waits up to `RESUME_CLAIM_SECONDS` for the claimer's resume to show
+        (the run leaves its end) and then leaves it to that one; if it never shows (the
+        claimer's process died, or its call failed), this caller resumes the run after all."""
+        read, keys = _end_of(info, cancelled_at)
+        if read is None or all(self.waits.claim_resume_of_end(info.run_id, k) for k in keys):
             return True
         deadline = time.monotonic() + RESUME_CLAIM_SECONDS
         while time.monotonic() < deadline:
             status = self.source.get_workflow_status(info.run_id)
-            if status is None or status.updated_at != ended_at_ms:
+            state = getattr(status, "status", None)
+            now = (self.waits.tombstone_at(info.run_id), getattr(status, "updated_at", None))
+            if state not in ("CANCELLED", "ERROR") or now != read:
                 return False  # resumed by the claimer
             time.sleep(0.05)
         logger.warning(

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "RESUME_DEADLINE",
     "book",
+    "cancel_self",
     "client_outcome",
     "end_join",
     "outcome",
@@ -98,7 +99,7 @@ async def park(
     if not await _in_thread(waits.begin_park, run_id, key, kind, queue, detail):
         found = await _in_thread(waits.look, run_id, key)
         if found is not None and found.state in CANCELLED_STATES:
-            await _cancel_self(waits, run_id, why)
+            await cancel_self(waits, run_id, why)
         return  # answered meanwhile: the caller takes the answer
     _QUIET.add(run_id)
     await outside_run_async(DBOS.cancel_workflow, run_id)
@@ -116,12 +117,16 @@ async def park(
     raise DBOSWorkflowCancelledError(f"Run {run_id} is parked: it waits for {why}")
 
 
-async def _cancel_self(waits: WaitBook, run_id: str, why: str) -> NoReturn:
-    """A person cancelled `run_id` (its wait says so, marked after their cancel in DBOS): end
-    this execution without recording anything more, and without a cancel of its own (made
-    after the person resumed the run, it would stop the resumed run). A wait still
-    `cancelling` is marked cancelled here (`honour_cancel`, while the tombstone stands)."""
-    await _in_thread(waits.honour_cancel, run_id)
+async def cancel_self(waits: WaitBook, run_id: str, why: str) -> NoReturn:
+    """A person cancelled `run_id` (its wait says so; the mark follows their cancel in DBOS):
+    end this execution without recording anything more. While their tombstone stands, make
+    sure DBOS shows the run cancelled first (a resumer that won the wait before the cancel
+    resumed the run after it, and may have died before cancelling it again), then mark the
+    run's waits that are still `cancelling` (`honour_cancel`). Never once a person's resume
+    removed the tombstone: the cancel in DBOS would stop the resumed run."""
+    if await _in_thread(waits.cancelled, run_id):
+        await outside_run_async(DBOS.cancel_workflow, run_id)
+        await _in_thread(waits.honour_cancel, run_id)
     raise DBOSWorkflowCancelledError(f"Run {run_id} was cancelled while it waited ({why})")
 
 

@@ -447,21 +447,31 @@ class WaitBook:
         )
         return bool(rows)
 
-    def claim_resume_of_end(self, run_id: str, ended_at_ms: int) -> bool:
-        """A person resumes `run_id`, which ended (cancelled or failed) at `ended_at_ms` (its
-        status's last update): True for the one caller that claims the resume of that end,
+    def claim_resume_of_end(self, run_id: str, end: str) -> bool:
+        """A person resumes `run_id`, which ended (cancelled or failed) at `end` (which end:
+        `RunControl._end_of`): True for the one caller that claims the resume of that end,
         False for every other caller that read the same end (two people who click resume at
         once). Without it the second resume reaches DBOS once the first execution runs, and
         DBOS queues the run again beside it: a second execution repeats the step in flight. A
-        row `resume:<ms>` (state `done`, deleted with the run) records the claim; a later end
-        (cancelled again) has a new time, so its resume claims anew."""
+        row `resume:<end>` (state `done`, deleted with the run) records the claim; a later end
+        (cancelled again) is another end, so its resume claims anew."""
         return self._changed(
             f"INSERT INTO {WAITS_TABLE} (run_id, wait_key, kind, state, updated_at) VALUES "
             f"(:run_id, :key, 'resume', 'done', {self._now}) ON CONFLICT (run_id, wait_key) "
             "DO NOTHING",
             run_id=run_id,
-            key=f"resume:{ended_at_ms}",
+            key=f"resume:{end}",
         )
+
+    def tombstone_at(self, run_id: str) -> int | None:
+        """When a person's cancel left its tombstone on `run_id` (ms, the database's clock),
+        None if none stands (the run was not cancelled by a person, or was resumed since)."""
+        rows = self._read(
+            f"SELECT updated_at FROM {WAITS_TABLE} WHERE run_id = :run_id AND wait_key = :key",
+            run_id=run_id,
+            key=CANCELLED,
+        )
+        return int(rows[0][0]) if rows else None
 
     def uncancel_tree(self, run_id: str) -> None:
         """`run_id` (and its sub-agent runs) are resumed after a person cancelled them: their

@@ -108,7 +108,7 @@ from ._log import (
     result_output,
     stored_in_step,
 )
-from ._parking import book, end_join, park, resume_at
+from ._parking import book, cancel_self, end_join, park, resume_at
 from ._sealing import SealedValue, require
 from ._sessions import SessionStore
 from ._spec import RunSpec, agent_ref, encode_target
@@ -1076,10 +1076,9 @@ async def _result_outside_run(handle: Any) -> Any:
 
 
 async def cancelled(run_id: str) -> NoReturn:
-    """A person cancelled `run_id` (its wait says so, marked after their cancel in DBOS): end
-    this execution without recording anything more, and without a cancel of its own (made
-    after the person resumed the run, it would stop the resumed run)."""
-    raise DBOSWorkflowCancelledError(f"Run {run_id} was cancelled")
+    """A person cancelled `run_id` (its wait says so): end this execution without recording
+    anything more (`_parking.cancel_self`)."""
+    await cancel_self(book(), run_id, "a person cancelled it")
 
 
 async def _watched() -> None:
