@@ -47,9 +47,9 @@ The orders that make it exact:
   tombstone after it marked itself parked, and a resumer checks it after its resume: a cancel
   is never undone. Only a person leaves a tombstone, and only a person's resume removes it
   (`uncancel_tree`), once no wait of the run is `cancelling` (`settling_in_tree`: the
-  execution that was parking would cancel the resumed run in DBOS). An execution that reads
-  its wait `cancelled` ends without a cancel of its own (the person's is made); one that saw
-  the tombstone acts on it only while it is there (`honour_cancel`), so an execution still
+  execution that was parking would cancel the resumed run in DBOS). An execution that saw
+  the tombstone, or read its wait `cancelled`, acts on it only while the tombstone is there
+  (`honour_cancel`, and `_parking.cancel_self`'s cancel in DBOS), so an execution still
   winding down from the cancel cannot undo the resume.
 
 A row of a wait the run went past stays `done` until the run is deleted; a live row is deleted
@@ -425,8 +425,8 @@ class WaitBook:
         execution is between its own cancel in DBOS and its mark, and ends it (`honour_cancel`)
         once it sees the tombstone. A person's resume waits for that (`settling_in_tree`):
         made before the execution's own cancel in DBOS, the resume would be undone by it.
-        Marked only after DBOS's cancel, a `cancelled` wait tells an execution that reads it
-        that the run is cancelled in DBOS already."""
+        The waits are marked after DBOS's cancel, so a wait a person's cancel marked tells an
+        execution that reads it that the run was cancelled in DBOS."""
         self.tombstone(run_id)
         return self._write_tree(
             f"UPDATE {WAITS_TABLE} SET state = CASE WHEN state = 'parking' THEN 'cancelling' "
