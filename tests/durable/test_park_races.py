@@ -52,6 +52,19 @@ def _cancelled_at_its_wait(durable_swarm_factory: Any, run_id: str) -> Any:
     return swarm
 
 
+def _parking_again(durable_swarm_factory: Any, run_id: str) -> tuple[Any, WaitBook, Any]:
+    """A swarm whose run `run_id` parked at its question, then an execution of it parking
+    there again (as a replay that finds no answer does): its wait is marked parking, its own
+    cancel in DBOS still to come. Returns the swarm, its waits and the wait."""
+    swarm = durable_swarm_factory(ScriptedClient(_script))
+    swarm.start(ASKER, [{"role": "user", "content": "hi"}], run_id=run_id)
+    _parked(swarm, run_id)
+    waits: WaitBook = swarm.runs.waits
+    wait = waits.parked([run_id])[run_id]
+    assert waits.begin_park(run_id, wait.key, wait.kind, wait.queue, wait.detail)
+    return swarm, waits, wait
+
+
 def test_a_cancel_after_someone_won_the_resume_is_not_undone(
     durable_swarm_factory: Any, run_id: str
 ) -> None:
@@ -123,13 +136,7 @@ def test_a_resume_right_after_a_cancel_waits_for_the_execution_that_was_parking(
     answer resumes (seen in CI: `result()` raised RunCancelledError after the answer)."""
     import threading
 
-    swarm = durable_swarm_factory(ScriptedClient(_script))
-    swarm.start(ASKER, [{"role": "user", "content": "hi"}], run_id=run_id)
-    _parked(swarm, run_id)
-    waits: WaitBook = swarm.runs.waits
-    wait = waits.parked([run_id])[run_id]
-    # An execution parks at the wait (as a replay that finds no answer does): marked parking.
-    assert waits.begin_park(run_id, wait.key, wait.kind, wait.queue, wait.detail)
+    swarm, waits, wait = _parking_again(durable_swarm_factory, run_id)
     swarm.cancel(run_id)  # a person cancels ...
     assert swarm.get_run(run_id).status == "cancelled"
     resumer = threading.Thread(target=swarm.resume, args=(run_id,), name="resumer")
@@ -168,12 +175,7 @@ def test_two_resumes_around_the_parking_executions_own_cancel_make_one(
         settle(self, run)
 
     monkeypatch.setattr(RunControl, "_settled_first", counted)
-    swarm = durable_swarm_factory(ScriptedClient(_script))
-    swarm.start(ASKER, [{"role": "user", "content": "hi"}], run_id=run_id)
-    _parked(swarm, run_id)
-    waits: WaitBook = swarm.runs.waits
-    wait = waits.parked([run_id])[run_id]
-    assert waits.begin_park(run_id, wait.key, wait.kind, wait.queue, wait.detail)
+    swarm, waits, wait = _parking_again(durable_swarm_factory, run_id)
     swarm.cancel(run_id)
     first = threading.Thread(target=swarm.resume, args=(run_id,), name="first")
     first.start()
@@ -208,12 +210,7 @@ def test_a_cancelled_run_whose_execution_died_parking_waits_for_a_person_to_resu
     from durable_swarm.durable._waits import WAITS_TABLE
 
     monkeypatch.setattr(_control, "SETTLE_SECONDS", 0.5)
-    swarm = durable_swarm_factory(ScriptedClient(_script))
-    swarm.start(ASKER, [{"role": "user", "content": "hi"}], run_id=run_id)
-    _parked(swarm, run_id)
-    waits: WaitBook = swarm.runs.waits
-    wait = waits.parked([run_id])[run_id]
-    assert waits.begin_park(run_id, wait.key, wait.kind, wait.queue, wait.detail)
+    swarm, waits, wait = _parking_again(durable_swarm_factory, run_id)
     swarm.cancel(run_id)  # the execution that was parking dies before its mark
     assert getattr(waits.look(run_id, wait.key), "state", None) == "cancelling"
     assert swarm.get_run(run_id).status == "cancelled"
